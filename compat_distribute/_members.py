@@ -1,0 +1,297 @@
+"""The V1 member table: what TF1 code may call on a strategy, and how TF2 serves it.
+
+Every public member of TF1's `tf.compat.v1.distribute.experimental.TPUStrategy`,
+`...MultiWorkerMirroredStrategy` and `tf.distribute.StrategyExtended` (the v1 API
+goldens) has one row here, in one of three kinds:
+
+* `WORKS`: behaves as in TF1. `impl` is None when TF2 still provides the member
+  unchanged, else the function that restores the V1 behaviour.
+* `RENAMED`: served under the old name; each access warns
+  `<old> is deprecated; use <new> ...` with a `DeprecationWarning` pointing at
+  the caller's line, and returns the new member.
+* `GONE`: TF2 has no equivalent; access raises `AttributeError` saying what to do.
+
+`serve(cls, backend, scope)` installs the rows on a shim class as descriptors.
+Descriptors rather than a class `__getattr__`, because several V1 names still
+exist on the TF2 base classes (`reduce`, `unwrap`, `configure`) and must be
+shadowed, and because descriptors cost nothing on the hot path.
+The README's migration table is generated from `TABLE` (see `migration_table`).
+"""
+
+import dataclasses
+import warnings
+
+from compat_distribute import _steps
+
+WORKS = "works"
+RENAMED = "renamed"
+GONE = "gone"
+
+TPU = "tpu"
+MWMS = "mwms"
+BOTH = (TPU, MWMS)
+
+STRATEGY = "strategy"
+EXTENDED = "extended"
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One V1 member and how it is served."""
+
+    name: str
+    kind: str
+    scope: str = STRATEGY
+    backends: tuple = BOTH
+    impl: object = None  # WORKS: the V1 behaviour, when TF2's differs or is missing.
+    new: str = ""  # RENAMED: the member to use instead, relative to the strategy.
+    version: str = ""  # RENAMED/GONE: the TensorFlow version that changed it.
+    advice: str = ""  # GONE: what to do instead.
+
+    @property
+    def message(self):
+        if self.kind == RENAMED:
+            return (
+                f"{self.name} is deprecated; use {self.new} "
+                f"(renamed in TensorFlow {self.version})"
+            )
+        if self.kind == GONE:
+            return f"{self.name} was removed in TensorFlow {self.version}; {self.advice}"
+        return ""
+
+
+# V1 behaviours that TF2 changed or dropped. Each takes the shim object first.
+
+
+def _tf_member(obj, name, impl):
+    """The TF2 member that `impl` shadows on `obj`'s class, bound to `obj`."""
+    for klass in type(obj).__mro__:
+        member = vars(klass).get(name)
+        if member is not None and member is not impl:
+            return member.__get__(obj, type(obj))
+    raise AttributeError(name)
+
+
+def _reduce(self, reduce_op, value, axis=None):
+    """V1 `reduce`: `axis` defaults to None (TF2 makes it required)."""
+    return _tf_member(self, "reduce", _reduce)(reduce_op, value, axis)
+
+
+def _experimental_run(self, fn, input_iterator=None):
+    """V1 `experimental_run(fn, input_iterator)`: one step on `get_next()`."""
+    with self.scope():
+        args = (input_iterator.get_next(),) if input_iterator is not None else ()
+    return self.run(fn, args=args)
+
+
+def _make_dataset_iterator(self, dataset):
+    """V1 iterator with `initialize()` and `get_next()`."""
+    return self.extended._make_dataset_iterator(dataset)  # pylint: disable=protected-access
+
+
+def _make_input_fn_iterator(self, input_fn, replication_mode=None):
+    from tensorflow.python.distribute import distribute_lib  # pylint: disable=g-import-not-at-top
+
+    mode = replication_mode or distribute_lib.InputReplicationMode.PER_WORKER
+    if mode != distribute_lib.InputReplicationMode.PER_WORKER:
+        raise ValueError(
+            f"replication_mode must be InputReplicationMode.PER_WORKER (the only mode "
+            f"TF1 supported); got {mode!r}."
+        )
+    with self.scope():
+        return self.extended._make_input_fn_iterator(  # pylint: disable=protected-access
+            input_fn, replication_mode=mode
+        )
+
+
+def _experimental_make_numpy_dataset(self, numpy_input, session=None):
+    return self.extended.experimental_make_numpy_dataset(numpy_input, session=session)
+
+
+def _configure(self, session_config=None, cluster_spec=None, task_type=None, task_id=None):
+    return self.extended._configure(  # pylint: disable=protected-access
+        session_config, cluster_spec, task_type, task_id
+    )
+
+
+def _no_ops(self):
+    """V1 `initialize()`/`finalize()`: the ops to run first/last; none in eager TF2."""
+    del self
+    return []
+
+
+def _steps_per_run(self):
+    return self.extended.steps_per_run
+
+
+def _hints_to_options(options, experimental_hints):
+    """Maps TF1's `experimental_hints=CollectiveHints(...)` onto TF2's `options`."""
+    if experimental_hints is None:
+        return options
+    if options is not None:
+        raise ValueError(
+            "Pass either options= or experimental_hints=, not both; experimental_hints "
+            "is the TF1 name of options."
+        )
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=experimental_hints.bytes_per_pack,
+        timeout_seconds=experimental_hints.timeout_seconds,
+    )
+
+
+def _reduce_to(self, reduce_op, value, destinations, options=None, experimental_hints=None):
+    """`reduce_to` that also takes TF1's `experimental_hints` (a CollectiveHints)."""
+    options = _hints_to_options(options, experimental_hints)
+    return _tf_member(self, "reduce_to", _reduce_to)(
+        reduce_op, value, destinations, options=options
+    )
+
+
+def _batch_reduce_to(
+    self, reduce_op, value_destination_pairs, options=None, experimental_hints=None
+):
+    options = _hints_to_options(options, experimental_hints)
+    return _tf_member(self, "batch_reduce_to", _batch_reduce_to)(
+        reduce_op, value_destination_pairs, options=options
+    )
+
+
+def _property(fn):
+    return property(fn, doc=fn.__doc__)
+
+
+# One row per V1 member. `backends` limits a row to the TPU or the
+# multi-worker shim where the V1 classes differed.
+TABLE = (
+    # tf.compat.v1.distribute.experimental.{TPU,MultiWorkerMirrored}Strategy
+    Member("extended", WORKS),
+    Member("num_replicas_in_sync", WORKS),
+    Member("cluster_resolver", WORKS),
+    Member("scope", WORKS),
+    Member("run", WORKS),
+    Member("group", WORKS),
+    Member("experimental_local_results", WORKS),
+    Member("experimental_distribute_dataset", WORKS),
+    Member("distribute_datasets_from_function", WORKS),
+    Member("update_config_proto", WORKS),
+    Member("reduce", WORKS, impl=_reduce),
+    Member("experimental_run", WORKS, impl=_experimental_run),
+    Member("make_dataset_iterator", WORKS, impl=_make_dataset_iterator),
+    Member("make_input_fn_iterator", WORKS, impl=_make_input_fn_iterator),
+    Member("experimental_make_numpy_dataset", WORKS, impl=_experimental_make_numpy_dataset),
+    Member("configure", WORKS, impl=_configure),
+    Member("initialize", WORKS, impl=_no_ops),
+    Member("finalize", WORKS, impl=_no_ops),
+    Member("steps_per_run", WORKS, backends=(TPU,), impl=_property(_steps_per_run)),
+    Member("experimental_run_v2", RENAMED, new="run", version="2.2"),
+    Member(
+        "experimental_distribute_datasets_from_function",
+        RENAMED,
+        new="distribute_datasets_from_function",
+        version="2.4",
+    ),
+    Member("unwrap", RENAMED, new="experimental_local_results", version="2.0"),
+    Member("colocate_vars_with", RENAMED, new="extended.colocate_vars_with", version="2.0"),
+    Member(
+        "experimental_make_numpy_iterator",
+        GONE,
+        version="2.0",
+        advice="build the dataset with strategy.experimental_make_numpy_dataset(arrays)"
+        ".batch(global_batch_size) and iterate over "
+        "strategy.experimental_distribute_dataset(dataset).",
+    ),
+    # tf.distribute.StrategyExtended (v1)
+    Member("experimental_between_graph", WORKS, EXTENDED),
+    Member("experimental_require_static_shapes", WORKS, EXTENDED),
+    Member("experimental_should_init", WORKS, EXTENDED),
+    Member("parameter_devices", WORKS, EXTENDED),
+    Member("should_checkpoint", WORKS, EXTENDED),
+    Member("should_save_summary", WORKS, EXTENDED),
+    Member("worker_devices", WORKS, EXTENDED),
+    Member("broadcast_to", WORKS, EXTENDED),
+    Member("call_for_each_replica", WORKS, EXTENDED),
+    Member("colocate_vars_with", WORKS, EXTENDED),
+    Member("experimental_make_numpy_dataset", WORKS, EXTENDED),
+    Member("non_slot_devices", WORKS, EXTENDED),
+    Member("read_var", WORKS, EXTENDED),
+    Member("update", WORKS, EXTENDED),
+    Member("update_non_slot", WORKS, EXTENDED),
+    Member("value_container", WORKS, EXTENDED),
+    Member("variable_created_in_scope", WORKS, EXTENDED),
+    Member("steps_per_run", WORKS, EXTENDED, backends=(TPU,)),
+    Member("reduce_to", WORKS, EXTENDED, impl=_reduce_to),
+    Member("batch_reduce_to", WORKS, EXTENDED, impl=_batch_reduce_to),
+    Member(
+        "experimental_run_steps_on_iterator",
+        WORKS,
+        EXTENDED,
+        impl=_steps.experimental_run_steps_on_iterator,
+    ),
+)
+
+
+class _Renamed:
+    """Serves a renamed member: warn at the caller's line, return the new one."""
+
+    def __init__(self, row):
+        self.row = row
+        self.__doc__ = row.message
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        warnings.warn(self.row.message, DeprecationWarning, stacklevel=2)
+        target = obj
+        for part in self.row.new.split("."):
+            target = getattr(target, part)
+        return target
+
+
+class _Gone:
+    """A removed member: `AttributeError` with advice, so `hasattr` is False."""
+
+    def __init__(self, row):
+        self.row = row
+        self.__doc__ = row.message
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        raise AttributeError(f"{type(obj).__name__}.{self.row.message}")
+
+
+def rows(backend, scope):
+    return tuple(r for r in TABLE if backend in r.backends and r.scope == scope)
+
+
+def serve(cls, backend, scope):
+    """Installs the table's rows for `backend` and `scope` on the shim `cls`."""
+    for row in rows(backend, scope):
+        if row.kind == RENAMED:
+            setattr(cls, row.name, _Renamed(row))
+        elif row.kind == GONE:
+            setattr(cls, row.name, _Gone(row))
+        elif row.impl is not None:
+            setattr(cls, row.name, row.impl)
+    return cls
+
+
+def migration_table():
+    """The README's migration table, as Markdown rows."""
+    lines = ["| member | on | TF2 status | what to do |", "|---|---|---|---|"]
+    for row in TABLE:
+        if row.kind == WORKS and row.impl is None:
+            continue
+        where = "strategy" if row.scope == STRATEGY else "strategy.extended"
+        on = " and ".join({TPU: "TPU", MWMS: "MultiWorkerMirrored"}[b] for b in row.backends)
+        if row.kind == WORKS:
+            doc = (row.impl.__doc__ or "").strip().splitlines()
+            status, todo = "works as in TF1", doc[0] if doc else ""
+        elif row.kind == RENAMED:
+            status, todo = f"renamed in TF {row.version} (warns)", f"use `{row.new}`"
+        else:
+            status, todo = f"removed in TF {row.version} (AttributeError)", row.advice
+        lines.append(f"| `{where}.{row.name}` | {on} | {status} | {todo} |")
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""On-device step loops for eager TF2.
+
+TF1 ran `steps_per_run` steps per `session.run` inside a `tf.while_loop`. In
+TF2 the same thing is a `tf.function` whose body loops over `tf.range`, so the
+host returns only after all steps ran. Both entry points here build that
+function once per (strategy, step function) and reuse it: `steps` is passed as
+a tensor, so a different step count does not retrace.
+"""
+
+import types
+
+from compat_distribute import _validate
+
+_CACHE_ATTR = "_compat_distribute_step_loops"
+
+
+def _cache(obj):
+    # Kept on the strategy so loops die with it.
+    return obj.__dict__.setdefault(_CACHE_ATTR, {})
+
+
+def _fn_key(fn):
+    # A bound method is a new object at each attribute access: key it by parts.
+    if isinstance(fn, types.MethodType):
+        return (fn.__func__, id(fn.__self__))
+    return fn
+
+
+def _steps_tensor(name, value, default):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    steps = _validate.positive_int(
+        name,
+        value,
+        default=default,
+        hint=f" Pass {name}=None to run steps_per_run steps, or a count >= 1.",
+    )
+    return tf.constant(steps, dtype=tf.int64)
+
+
+def run_steps(strategy, fn, iterator, steps=None):
+    """Runs `strategy.run(fn, args=(next(iterator),))` `steps` times on the device.
+
+    The steps run inside one `tf.function` loop, one batch consumed per step.
+    `steps` defaults to `strategy.extended.steps_per_run` (1 where the strategy
+    has none). Returns the last step's per-replica outputs.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable; got {fn!r} ({type(fn).__name__}).")
+    default = getattr(strategy.extended, "steps_per_run", None) or 1
+    n = _steps_tensor("steps", steps, default)
+    key = ("run_steps", _fn_key(fn))
+    loops = _cache(strategy)
+    loop = loops.get(key)
+    if loop is None:
+        loop = loops[key] = _make_run_steps_loop(strategy, fn)
+    return loop(iterator, n)
+
+
+def _make_run_steps_loop(strategy, fn):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    @tf.function(autograph=True)
+    def loop(iterator, steps):
+        # The first step is outside the loop so that the loop carries outputs
+        # of a known structure.
+        outputs = strategy.run(fn, args=(next(iterator),))
+        for _ in tf.range(steps - 1):
+            outputs = strategy.run(fn, args=(next(iterator),))
+        return outputs
+
+    return loop
+
+
+def experimental_run_steps_on_iterator(
+    extended, fn, iterator, iterations=1, initial_loop_values=None
+):
+    """V1 `StrategyExtended.experimental_run_steps_on_iterator`, in eager TF2.
+
+    `fn(ctx, inputs)` is called with a `MultiStepContext` and
+    `iterator.get_next()`, `iterations` times inside one `tf.function` loop.
+    Returns a `MultiStepContext`: `last_step_outputs` holds the values set with
+    `ctx.set_last_step_output` in the last step, `non_tensor_outputs` those set
+    with `ctx.set_non_tensor_output`, and `run_op` the number of steps that ran
+    (in TF1 it was the op to run them; in eager TF2 they have already run).
+    `initial_loop_values` is accepted for V1 compatibility; as in TF1, `fn`
+    does not see it.
+    """
+    from tensorflow.python.distribute import input_lib  # pylint: disable=g-import-not-at-top
+
+    del initial_loop_values
+    n = _steps_tensor("iterations", iterations, 1)
+    key = ("run_steps_on_iterator", _fn_key(fn), id(iterator))
+    loops = _cache(extended)
+    entry = loops.get(key)
+    if entry is None:
+        entry = loops[key] = _make_iterator_loop(extended, fn, iterator)
+    loop, traced = entry
+    outputs = loop(n)
+    ctx = input_lib.MultiStepContext()
+    template = traced["ctx"]
+    ctx._set_last_step_outputs(dict(outputs))  # pylint: disable=protected-access
+    ctx._last_step_outputs_reduce_ops = dict(  # pylint: disable=protected-access
+        template._last_step_outputs_reduce_ops  # pylint: disable=protected-access
+    )
+    ctx._non_tensor_outputs = dict(template.non_tensor_outputs)  # pylint: disable=protected-access
+    ctx.run_op = n
+    return ctx
+
+
+def _make_iterator_loop(extended, fn, iterator):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute import input_lib  # pylint: disable=g-import-not-at-top
+
+    traced = {}
+    strategy = extended._container_strategy()  # pylint: disable=protected-access
+
+    @tf.function(autograph=True)
+    def loop(iterations):
+        ctx = input_lib.MultiStepContext()
+        traced["ctx"] = ctx
+        with strategy.scope():
+            fn(ctx, iterator.get_next())
+            outputs = dict(ctx.last_step_outputs)
+            for _ in tf.range(iterations - 1):
+                fn(ctx, iterator.get_next())
+                outputs = dict(ctx.last_step_outputs)
+        return outputs
+
+    return loop, traced
+
+
+class RunStepsMixin:
+    """Adds the TF2-style `run_steps` to a strategy class."""
+
+    def run_steps(self, fn, iterator, steps=None):
+        return run_steps(self, fn, iterator, steps)
+
+
+RunStepsMixin.run_steps.__doc__ = run_steps.__doc__

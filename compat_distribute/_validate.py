@@ -1,0 +1,120 @@
+"""Argument checks shared by the shims.
+
+Each check runs before any TensorFlow state changes and raises an error that
+names the argument, shows the value received, says what is accepted and what
+to do instead.
+"""
+
+import numbers
+
+
+def _show(value):
+    return f"{value!r} ({type(value).__name__})"
+
+
+def positive_int(name, value, *, default=None, hint=""):
+    """Returns `value` (or `default` for None) as an int >= 1."""
+    if value is None and default is not None:
+        return default
+    # bool is an int subclass, and numpy integers are not ints: check both ways.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive int; got {_show(value)}.{hint}")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int (>= 1); got {_show(value)}.{hint}")
+    return int(value)
+
+
+def steps_per_run(value):
+    return positive_int(
+        "steps_per_run",
+        value,
+        default=1,
+        hint=" Pass None or 1 to run one step per call, or N > 1 to run N steps "
+        "on the device per call.",
+    )
+
+
+def communication(value):
+    """Returns the `CommunicationImplementation` member that `value` names."""
+    from tensorflow.python.distribute import collective_util  # pylint: disable=g-import-not-at-top
+
+    enum = collective_util.CommunicationImplementation
+    if isinstance(value, enum):
+        return value
+    accepted = ", ".join(f"CollectiveCommunication.{m.name}" for m in enum)
+    if isinstance(value, collective_util.Options):
+        raise TypeError(
+            f"communication must be a CollectiveCommunication member; got a "
+            f"CommunicationOptions object. Pass communication="
+            f"CollectiveCommunication.<NAME> (one of {accepted}), or build "
+            f"tf.distribute.MultiWorkerMirroredStrategy(communication_options=...) "
+            f"directly for TF2 options."
+        )
+    if isinstance(value, str) and value.upper() in enum.__members__:
+        raise TypeError(
+            f"communication must be a CollectiveCommunication member; got the "
+            f"string {value!r}. Pass communication=CollectiveCommunication."
+            f"{value.upper()} instead."
+        )
+    raise ValueError(
+        f"communication must be one of {accepted}; got {_show(value)}. "
+        f"Import it as compat_distribute.CollectiveCommunication."
+    )
+
+
+def device_assignment(value):
+    if value is None:
+        return None
+    from tensorflow.python.tpu import (
+        device_assignment as da_lib,
+    )  # pylint: disable=g-import-not-at-top
+
+    if not isinstance(value, da_lib.DeviceAssignment):
+        raise TypeError(
+            f"device_assignment must be None or a "
+            f"tf.tpu.experimental.DeviceAssignment; got {_show(value)}. Build one "
+            f"with tf.tpu.experimental.DeviceAssignment.build(topology, "
+            f"computation_shape=..., num_replicas=...), where topology is what "
+            f"tf.tpu.experimental.initialize_tpu_system(resolver) returned."
+        )
+    return value
+
+
+def cluster_resolver(name, value, *, tpu):
+    """Checks that `value` is a resolver of the kind the strategy needs.
+
+    A TPU strategy takes a TPU resolver (or one that builds its own backend, see
+    `tpu.TPUStrategy`); a multi-worker strategy takes any other resolver.
+    """
+    if value is None:
+        return None
+    from tensorflow.python.distribute.cluster_resolver import (
+        cluster_resolver as cr_lib,
+    )  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute.cluster_resolver import (
+        tpu_cluster_resolver as tpu_cr_lib,
+    )  # pylint: disable=g-import-not-at-top
+
+    if not isinstance(value, cr_lib.ClusterResolver):
+        raise TypeError(
+            f"{name} must be None or a "
+            f"tf.distribute.cluster_resolver.ClusterResolver; got {_show(value)}."
+        )
+    is_tpu = isinstance(value, tpu_cr_lib.TPUClusterResolver) or hasattr(
+        value, "compat_distribute_strategy"
+    )
+    if tpu and not is_tpu:
+        raise TypeError(
+            f"{name} must be a TPU resolver; got a {type(value).__name__}. Pass "
+            f"tf.distribute.cluster_resolver.TPUClusterResolver(tpu=...) for a real "
+            f"TPU, or compat_distribute.testing.FakeTPUClusterResolver() to run on "
+            f"virtual CPU devices."
+        )
+    if not tpu and is_tpu:
+        raise TypeError(
+            f"{name} must describe a multi-worker cluster (e.g. "
+            f"tf.distribute.cluster_resolver.TFConfigClusterResolver); got the TPU "
+            f"resolver {type(value).__name__}. Use compat_distribute.TPUStrategy "
+            f"for TPUs."
+        )
+    return value

@@ -1,0 +1,44 @@
+"""`MultiWorkerMirroredStrategy` with TF1's signature, over TF2's strategy."""
+
+from tensorflow.python.distribute import collective_all_reduce_strategy as _tf_collective
+
+from compat_distribute import _members
+from compat_distribute import _steps
+from compat_distribute import _validate
+
+# TF's own enum object (an alias of CommunicationImplementation), as TF1 exported it.
+from tensorflow.python.distribute.collective_util import CollectiveCommunication
+
+
+class _CollectiveExtended(_tf_collective.CollectiveAllReduceExtended):
+    """TF2's CollectiveAllReduceExtended with the V1 extended members."""
+
+
+_members.serve(_CollectiveExtended, _members.MWMS, _members.EXTENDED)
+
+
+class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf_collective.CollectiveAllReduceStrategy):
+    """`tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy`'s signature on TF2.
+
+    A `tf.distribute.MultiWorkerMirroredStrategy` built with
+    `communication_options=CommunicationOptions(implementation=communication)`.
+    The cluster comes from `cluster_resolver`, or from `TF_CONFIG` when it is
+    None. As in TF, build it before any other TensorFlow op in the process.
+    """
+
+    def __init__(self, communication=CollectiveCommunication.AUTO, cluster_resolver=None):
+        communication = _validate.communication(communication)
+        _validate.cluster_resolver("cluster_resolver", cluster_resolver, tpu=False)
+        from tensorflow.python.distribute import (
+            collective_util,
+        )  # pylint: disable=g-import-not-at-top
+
+        # Keywords only: V1 and V2 take these two in opposite orders.
+        super().__init__(
+            cluster_resolver=cluster_resolver,
+            communication_options=collective_util.Options(implementation=communication),
+        )
+        self.extended.__class__ = _CollectiveExtended
+
+
+_members.serve(MultiWorkerMirroredStrategy, _members.MWMS, _members.STRATEGY)

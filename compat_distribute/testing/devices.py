@@ -1,0 +1,65 @@
+"""The one place that creates virtual (logical) devices.
+
+TensorFlow fixes its logical devices when the runtime starts (the first op,
+device listing or strategy). Virtual devices must therefore be configured
+before that; afterwards the only thing left to do is to check that enough exist.
+"""
+
+from compat_distribute import _validate
+
+DEVICE_TYPES = ("CPU", "GPU")
+DEFAULT_GPU_MEMORY_MB = 1024
+
+
+def _too_late(n, device_type, existing):
+    return RuntimeError(
+        f"set_virtual_devices({n}, {device_type!r}) came too late: TensorFlow's runtime "
+        f"is already initialised with {existing} logical {device_type} device(s), and "
+        f"logical devices cannot be changed once it has started. Call "
+        f"set_virtual_devices before any TensorFlow op, device listing or strategy: at "
+        f"the top of your program, or in conftest.py's pytest_configure (the "
+        f"compat_distribute pytest plugin does this for you with --tf-devices={n})."
+    )
+
+
+def set_virtual_devices(n, device_type="CPU", *, memory_limit_mb=DEFAULT_GPU_MEMORY_MB):
+    """Splits the first physical `device_type` device into `n` logical devices.
+
+    Returns the names of the first `n` logical devices. A configuration that
+    already has more devices is kept, so calls for different counts compose.
+    Called after the runtime started, it succeeds if at least `n` logical
+    devices already exist and raises `RuntimeError` otherwise. For "GPU",
+    each logical device gets `memory_limit_mb` of memory.
+    """
+    n = _validate.positive_int("n", n, hint=" Pass the number of logical devices wanted.")
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(
+            f"device_type must be one of {DEVICE_TYPES}; got {device_type!r}. TPU cores "
+            f"are faked with compat_distribute.testing.FakeTPUClusterResolver."
+        )
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    physical = tf.config.list_physical_devices(device_type)  # does not start the runtime
+    if not physical:
+        raise RuntimeError(
+            f"set_virtual_devices({n}, {device_type!r}): this machine has no physical "
+            f"{device_type} device visible to TensorFlow. Use device_type='CPU'."
+        )
+    current = tf.config.get_logical_device_configuration(physical[0]) or []
+    count = max(n, len(current))
+    if device_type == "CPU":
+        config = [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+    else:
+        config = [
+            tf.config.LogicalDeviceConfiguration(memory_limit=memory_limit_mb) for _ in range(count)
+        ]
+    try:
+        tf.config.set_logical_device_configuration(physical[0], config)
+    except RuntimeError:
+        # Started already: use what exists, if it is enough.
+        existing = tf.config.list_logical_devices(device_type)
+        if len(existing) < n:
+            raise _too_late(n, device_type, len(existing)) from None
+        return [d.name for d in existing[:n]]
+    # Not started yet: the names are known without starting it.
+    return [f"/job:localhost/replica:0/task:0/device:{device_type}:{i}" for i in range(n)]
