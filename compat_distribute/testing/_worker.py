@@ -5,10 +5,10 @@ Started by `cluster.LocalCluster` as `python -m compat_distribute.testing._worke
 SIGUSR1 is armed), imports TensorFlow, sets up D virtual CPU devices, says
 "ready", then serves calls from the parent over the socket on fd N:
 
-  parent -> task: ("call", id, module, qualname, pickled (args, kwargs))
-                  ("exit", 0, None)
-  task -> parent: ("result", id, pickled result)
-                  ("error", id, {"type", "message", "traceback", "exception"})
+    parent -> task: ("call", id, module, qualname, pickled (args, kwargs))
+                                    ("exit", 0, None)
+    task -> parent: ("result", id, pickled result)
+                                    ("error", id, {"type", "message", "traceback", "exception"})
 
 It builds no TensorFlow state of its own: the functions it runs do.
 """
@@ -26,92 +26,88 @@ import traceback
 from multiprocessing import connection as mp_connection
 
 from compat_distribute.testing import cluster
+from compat_distribute.testing import devices
 
 
 def _exit_when_orphaned(parent_pid):
-  # A worker busy in a hung call never reads its socket, so it would not
-  # notice its parent dying; this thread does.
-  while True:
-    time.sleep(0.5)
-    if os.getppid() != parent_pid:
-      os._exit(70)  # pylint: disable=protected-access
+    # A worker busy in a hung call never reads its socket, so it would not
+    # notice its parent dying; this thread does.
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent_pid:
+            os._exit(70)  # pylint: disable=protected-access
 
 
 def _set_up_devices(count):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  if count > 1:
-    # TODO: use devices.set_virtual_devices once it is available.
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+    # Before any op: logical devices are fixed once the runtime starts.
+    devices.set_virtual_devices(count, "CPU")
 
 
 def _error_info(e):
-  try:  # The caller chains it as __cause__ when it unpickles there.
-    exception = pickle.dumps(e)
-    pickle.loads(exception)
-  except Exception:  # pylint: disable=broad-except
-    exception = None
-  return {
-      "type": type(e).__name__,
-      "message": str(e),
-      "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
-      "exception": exception,
-  }
+    try:  # The caller chains it as __cause__ when it unpickles there.
+        exception = pickle.dumps(e)
+        pickle.loads(exception)
+    except Exception:  # pylint: disable=broad-except
+        exception = None
+    return {
+            "type": type(e).__name__,
+            "message": str(e),
+            "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+            "exception": exception,
+    }
 
 
 def _call(module, qualname, payload):
-  args, kwargs = pickle.loads(payload)
-  fn = cluster._resolve(importlib.import_module(module), qualname)  # pylint: disable=protected-access
-  result = fn(*args, **kwargs)
-  try:
-    return pickle.dumps(result)
-  except Exception as e:  # pylint: disable=broad-except
-    raise TypeError(
-        f"the result of {module}:{qualname} does not pickle, so it cannot "
-        f"reach the caller: {type(e).__name__}: {e}. Return plain Python or "
-        f"NumPy values (call .numpy() on tensors).") from e
+    args, kwargs = pickle.loads(payload)
+    fn = cluster._resolve(importlib.import_module(module), qualname)  # pylint: disable=protected-access
+    result = fn(*args, **kwargs)
+    try:
+        return pickle.dumps(result)
+    except Exception as e:  # pylint: disable=broad-except
+        raise TypeError(
+                f"the result of {module}:{qualname} does not pickle, so it cannot "
+                f"reach the caller: {type(e).__name__}: {e}. Return plain Python or "
+                f"NumPy values (call .numpy() on tensors).") from e
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser()
-  parser.add_argument("--fd", type=int, required=True)
-  parser.add_argument("--devices", type=int, default=1)
-  flags = parser.parse_args(argv)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--devices", type=int, default=1)
+    flags = parser.parse_args(argv)
 
-  faulthandler.enable()  # Stacks on a crash (segfault, abort) too.
-  faulthandler.register(signal.SIGUSR1, all_threads=True)
-  threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),),
-                   daemon=True).start()
-  os.set_inheritable(flags.fd, False)  # Processes fn starts must not hold it.
-  conn = mp_connection.Connection(flags.fd)
-  conn.send(("alive", {"pid": os.getpid()}))
+    faulthandler.enable()  # Stacks on a crash (segfault, abort) too.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),),
+                                      daemon=True).start()
+    os.set_inheritable(flags.fd, False)  # Processes fn starts must not hold it.
+    conn = mp_connection.Connection(flags.fd)
+    conn.send(("alive", {"pid": os.getpid()}))
 
-  try:
-    cluster._WORKER_TF_CONFIG = cluster.parse_tf_config(os.environ["TF_CONFIG"])  # pylint: disable=protected-access
-    _set_up_devices(flags.devices)
-  except BaseException:  # pylint: disable=broad-except
-    conn.send(("startup_error", traceback.format_exc()))
-    return 1
-  conn.send(("ready", {"pid": os.getpid()}))
-
-  while True:
     try:
-      kind, call_id, *body = conn.recv()
-    except EOFError:  # The parent went away.
-      return 0
-    if kind == "exit":
-      conn.close()
-      return 0
-    try:
-      answer = ("result", call_id, _call(*body))
-    except BaseException as e:  # pylint: disable=broad-except
-      answer = ("error", call_id, _error_info(e))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    conn.send(answer)
+        cluster._WORKER_TF_CONFIG = cluster.parse_tf_config(os.environ["TF_CONFIG"])  # pylint: disable=protected-access
+        _set_up_devices(flags.devices)
+    except BaseException:  # pylint: disable=broad-except
+        conn.send(("startup_error", traceback.format_exc()))
+        return 1
+    conn.send(("ready", {"pid": os.getpid()}))
+
+    while True:
+        try:
+            kind, call_id, *body = conn.recv()
+        except EOFError:  # The parent went away.
+            return 0
+        if kind == "exit":
+            conn.close()
+            return 0
+        try:
+            answer = ("result", call_id, _call(*body))
+        except BaseException as e:  # pylint: disable=broad-except
+            answer = ("error", call_id, _error_info(e))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        conn.send(answer)
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+    sys.exit(main())
