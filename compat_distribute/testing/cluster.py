@@ -5,11 +5,11 @@ then N workers), each with its own `TF_CONFIG` naming 127.0.0.1 addresses, and
 runs an importable function in every task:
 
     def step():  # at module level, so a worker can import it by name
-      strategy = cluster.worker_strategy()
-      return strategy.num_replicas_in_sync
+        strategy = cluster.worker_strategy()
+        return strategy.num_replicas_in_sync
 
     with cluster.local_cluster(num_workers=2) as c:
-      assert c.run(step) == [2, 2]
+        assert c.run(step) == [2, 2]
 
 Tasks start once per cluster and are reused by every `run` (importing
 TensorFlow is the dominant cost). A worker imports TensorFlow and builds
