@@ -70,19 +70,21 @@ def _call(module, qualname, payload):
                 f"NumPy values (call .numpy() on tensors).") from e
 
 
-def main(argv=None):
+def main(argv=None, conn=None):
+    """Serves calls until told to exit; `conn` is given when the bootstrap
+    (cluster._BOOTSTRAP) already armed the stack dump and said "alive"."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--devices", type=int, default=1)
     flags = parser.parse_args(argv)
 
-    faulthandler.enable()  # Stacks on a crash (segfault, abort) too.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
-    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),),
-                                      daemon=True).start()
+    if conn is None:
+        faulthandler.enable()  # Stacks on a crash (segfault, abort) too.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        conn = mp_connection.Connection(flags.fd)
+        conn.send(("alive", {"pid": os.getpid()}))
     os.set_inheritable(flags.fd, False)  # Processes fn starts must not hold it.
-    conn = mp_connection.Connection(flags.fd)
-    conn.send(("alive", {"pid": os.getpid()}))
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
 
     try:
         cluster._WORKER_TF_CONFIG = cluster.parse_tf_config(os.environ["TF_CONFIG"])  # pylint: disable=protected-access

@@ -58,7 +58,19 @@ __all__ = [
         "worker_strategy",
 ]
 
-_WORKER_MODULE = "compat_distribute.testing._worker"
+# A task's first lines: arm the stack dump and say "alive" before importing
+# the package (which imports TensorFlow, seconds of work), so that a task stuck
+# in start-up can still show its stack.
+_BOOTSTRAP = """\
+import faulthandler, os, signal, sys
+from multiprocessing import connection
+faulthandler.enable()
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+conn = connection.Connection(int(sys.argv[sys.argv.index("--fd") + 1]))
+conn.send(("alive", {"pid": os.getpid()}))
+from compat_distribute.testing import _worker
+sys.exit(_worker.main(sys.argv[1:], conn))
+"""
 # Lines of a task's output quoted in errors.
 _TAIL_LINES = 40
 # After one task fails, how long the others get to finish before they are
@@ -577,8 +589,8 @@ class LocalCluster:
 
     def _task_command(self, task_type, task_id, fd):
         del task_type, task_id
-        return [sys.executable, "-m", _WORKER_MODULE, "--fd", str(fd),
-                        "--devices", str(self._devices_per_worker)]
+        return [sys.executable, "-c", _BOOTSTRAP, "--fd", str(fd),
+                "--devices", str(self._devices_per_worker)]
 
     # -- Start-up ------------------------------------------------------------
 
@@ -646,7 +658,7 @@ class LocalCluster:
                         f"local_cluster: {names} did not start within "
                         f"{self._start_timeout:g} s (start_timeout); the other tasks would "
                         f"wait for them forever, so the cluster was torn down."
-                        f"{self._format_stacks(stacks, waiting, start=True)}",
+                        f"{self._format_stacks(stacks, self._tasks, start=True)}",
                         pending=[t.name for t in waiting], stacks=stacks)
             for conn in mp_connection.wait([t.conn for t in waiting], remaining):
                 task = next(t for t in waiting if t.conn is conn)
@@ -787,7 +799,7 @@ class LocalCluster:
             else:
                 state = _exit_reason(t.process.poll())
                 if start and not t.alive and t.process.poll() is None:
-                    state = "had not started Python yet"
+                    state = "never said hello"
                 parts.append(f"\nPython stacks of {t.name}: none ({state}).")
         return "".join(parts)
 
