@@ -371,6 +371,8 @@ def _resolve_or_none(obj, qualname):
 # Set by _worker at start-up: this process's TFConfig.
 _WORKER_TF_CONFIG: TFConfig | None = None
 _WORKER_STRATEGIES: dict = {}
+# Collective group keys reserved for each strategy a worker builds.
+_COLLECTIVE_KEY_RANGE = 100_000
 
 
 def current_task() -> tuple[str, int]:
@@ -385,17 +387,31 @@ def current_task() -> tuple[str, int]:
 def worker_strategy(factory=None):
     """This worker's multi-worker strategy, built on first use and cached.
 
+    Call it inside functions given to `LocalCluster.run`: the strategy must be
+    built before any other op in the worker, and builds its gRPC server once.
+
     Args:
         factory: zero-argument callable that builds the strategy; default
             `tf.distribute.MultiWorkerMirroredStrategy`. Each factory is called
-            once per worker process; later calls return the same object, so every
-            `run` on a cluster can share one strategy (and its servers).
+            once per worker process; later calls return the same object, so
+            every `run` on a cluster shares one strategy. Every task must ask
+            for the same factories in the same order (collectives pair up by
+            key, and keys are handed out in build order).
     """
     current_task()  # Raises outside a worker.
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute import collective_all_reduce_strategy as cas  # pylint: disable=g-import-not-at-top
+
     if factory is None:
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
         factory = tf.distribute.MultiWorkerMirroredStrategy
     if factory not in _WORKER_STRATEGIES:
+        # Every strategy numbers its collectives from the class-level
+        # `_collective_key_base`, so a second strategy in a process would reuse
+        # the first one's keys ("Collective instance 101 expected type 0 ...
+        # but got type 1"). Give each strategy of this process its own range.
+        base = _COLLECTIVE_KEY_RANGE * len(_WORKER_STRATEGIES)
+        cas.CollectiveAllReduceStrategy._collective_key_base = base  # pylint: disable=protected-access
+        cas.CollectiveAllReduceStrategyV1._collective_key_base = base  # pylint: disable=protected-access
         _WORKER_STRATEGIES[factory] = factory()
     return _WORKER_STRATEGIES[factory]
 
