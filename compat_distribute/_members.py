@@ -21,6 +21,8 @@ The README's migration table is generated from `TABLE` (see `migration_table`).
 import dataclasses
 import warnings
 
+from tensorflow.python.distribute import distribute_lib
+
 from compat_distribute import _steps
 
 WORKS = "works"
@@ -61,20 +63,13 @@ class Member:
 
 
 # V1 behaviours that TF2 changed or dropped. Each takes the shim object first.
-
-
-def _tf_member(obj, name, impl):
-    """The TF2 member that `impl` shadows on `obj`'s class, bound to `obj`."""
-    for klass in type(obj).__mro__:
-        member = vars(klass).get(name)
-        if member is not None and member is not impl:
-            return member.__get__(obj, type(obj))
-    raise AttributeError(name)
+# Those that wrap a TF2 member call TF's base implementation directly: none of
+# the strategies shimmed here overrides `reduce`, `reduce_to` or `batch_reduce_to`.
 
 
 def _reduce(self, reduce_op, value, axis=None):
     """V1 `reduce`: `axis` defaults to None (TF2 makes it required)."""
-    return _tf_member(self, "reduce", _reduce)(reduce_op, value, axis)
+    return distribute_lib.StrategyBase.reduce(self, reduce_op, value, axis)
 
 
 def _experimental_run(self, fn, input_iterator=None):
@@ -90,8 +85,6 @@ def _make_dataset_iterator(self, dataset):
 
 
 def _make_input_fn_iterator(self, input_fn, replication_mode=None):
-    from tensorflow.python.distribute import distribute_lib  # pylint: disable=g-import-not-at-top
-
     mode = replication_mode or distribute_lib.InputReplicationMode.PER_WORKER
     if mode != distribute_lib.InputReplicationMode.PER_WORKER:
         raise ValueError(
@@ -144,8 +137,8 @@ def _hints_to_options(options, experimental_hints):
 def _reduce_to(self, reduce_op, value, destinations, options=None, experimental_hints=None):
     """`reduce_to` that also takes TF1's `experimental_hints` (a CollectiveHints)."""
     options = _hints_to_options(options, experimental_hints)
-    return _tf_member(self, "reduce_to", _reduce_to)(
-        reduce_op, value, destinations, options=options
+    return distribute_lib.StrategyExtendedV2.reduce_to(
+        self, reduce_op, value, destinations, options=options
     )
 
 
@@ -153,8 +146,8 @@ def _batch_reduce_to(
     self, reduce_op, value_destination_pairs, options=None, experimental_hints=None
 ):
     options = _hints_to_options(options, experimental_hints)
-    return _tf_member(self, "batch_reduce_to", _batch_reduce_to)(
-        reduce_op, value_destination_pairs, options=options
+    return distribute_lib.StrategyExtendedV2.batch_reduce_to(
+        self, reduce_op, value_destination_pairs, options=options
     )
 
 
