@@ -381,10 +381,11 @@ class _Walker:
       in_dtypes = [t.dtype for t in op.inputs]
       if op.type == "Placeholder" and outer:
         continue  # A called function's argument: checked where it is made.
+      called = list(_function_names(attrs))
       filename, lineno = _user_frame(op)
       self._check(op.type, op.name, graph.name, attrs, out_dtypes, filename,
-                  lineno, op=op, in_dtypes=in_dtypes)
-      for name in _function_names(attrs):
+                  lineno, op=op, in_dtypes=in_dtypes, calls=bool(called))
+      for name in called:
         self._walk_function(name, graphs)
 
   def _walk_function(self, name, graphs):
@@ -401,9 +402,11 @@ class _Walker:
     # No FuncGraph (e.g. a loaded SavedModel): walk the FunctionDef, no lines.
     definition = function.definition
     for node in definition.node_def:
+      called = list(_function_names(node.attr))
       self._check(node.op, node.name, name, node.attr,
-                  list(_type_attr_dtypes(node.attr)), None, None)
-      for inner in _function_names(node.attr):
+                  list(_type_attr_dtypes(node.attr)), None, None,
+                  calls=bool(called))
+      for inner in called:
         self._walk_function(inner, graphs)
 
   def _add(self, kind, op_type, op_name, function, filename, lineno, reason,
@@ -417,7 +420,7 @@ class _Walker:
       self.problem_ops[len(self.entries) - 1] = op
 
   def _check(self, op_type, op_name, function, attrs, out_dtypes, filename,
-             lineno, op=None, in_dtypes=()):
+             lineno, op=None, in_dtypes=(), calls=False):
     # Only the op that brings a non-TPU dtype in is reported: ops fed with it
     # (the rest of a float64 computation, its gradient, the function's
     # output Identity) are reported where it was made.
@@ -439,10 +442,10 @@ class _Walker:
                 "compute it with TF ops or move it out of the step",
                 (UNSUPPORTED_OP, op_type, where), op)
       return
+    if inherited:
+      return  # Fed a non-TPU dtype: reported where that was made.
     if op_type not in _STRUCTURAL_OPS and not _has_xla_kernel(op_type, attrs):
       known = op_type in _xla_kernels()
-      if known and inherited:
-        return  # Compilable but for dtypes already reported upstream.
       reason = (f"XLA has a {op_type} kernel, but not for these dtypes"
                 if known else f"XLA has no kernel for {op_type}")
       self._add(UNSUPPORTED_OP, op_type, op_name, function, filename, lineno,
@@ -450,8 +453,9 @@ class _Walker:
                 "step (input pipeline, or after strategy.run returns)",
                 (UNSUPPORTED_OP, op_type, where), op)
       return
-    bad = sorted({d.name for d in out_dtypes
-                  if d not in TPU_DTYPES and d not in inherited})
+    # A call, cond or loop returns what its body makes: the body is walked.
+    bad = [] if calls else sorted(
+        {d.name for d in out_dtypes if d not in TPU_DTYPES})
     # A string Const is dead weight XLA drops (Assert messages); ops that
     # consume strings are flagged themselves.
     if bad and not (op_type == "Const" and bad == ["string"]):
@@ -474,6 +478,7 @@ class _Walker:
 
 
 _UNSUPPORTED_TEXT = re.compile(r"Detected unsupported operations")
+_UNREGISTERED_TEXT = re.compile(r"No registered '(\w+)' OpKernel")
 _NODE_TEXT = re.compile(r"\{\{node ([^}]+)\}\}|node `([^`]+)`")
 
 
@@ -538,9 +543,11 @@ def _attach_messages(walker: _Walker, whole_message: str | None):
 
 def _explain_compile_failure(walker: _Walker, message: str, function: str):
   """Adds the whole-compile failure when no walked entry accounts for it."""
-  if _UNSUPPORTED_TEXT.search(message) and any(
-      e.kind == UNSUPPORTED_OP for e in walker.entries):
-    return
+  if _UNSUPPORTED_TEXT.search(message):
+    named = set(_UNREGISTERED_TEXT.findall(message))
+    accounted = {e.op_type for e in walker.entries} | HOST_OPS
+    if named and named <= accounted:
+      return  # Already an entry (or a host op TPUStrategy outside-compiles).
   op_name = op_type = None
   filename = lineno = None
   match = _NODE_TEXT.search(message)
@@ -605,21 +612,28 @@ def check_graph(graph_or_function, *, compile_ops: bool = True
                  "not compiled as a whole: check_graph walks a traced graph")
 
 
-def _to_specs(structure):
-  return tf.nest.map_structure(
-      lambda a: tf.TensorSpec.from_tensor(a) if isinstance(a, tf.Tensor) else a,
-      structure)
+def _replica_step(fn, strategy, args, kwargs):
+  """The callable whose trace is the replica computation, and its specs.
 
+  Tensors become `tf.TensorSpec` inputs (so no value is folded into the
+  graph); everything else (Python values, variables, distributed values) is
+  bound as it is, as tracing would bind it.
+  """
+  leaves = tf.nest.flatten((args, kwargs))
+  tensor_at = [i for i, leaf in enumerate(leaves)
+               if isinstance(leaf, tf.Tensor)]
+  specs = [tf.TensorSpec.from_tensor(leaves[i]) for i in tensor_at]
 
-def _replica_step(fn, strategy):
-  """The Python callable whose trace is the replica computation."""
-  if strategy is None:
-    return fn
+  def replica_step(*tensors):
+    filled = list(leaves)
+    for i, tensor in zip(tensor_at, tensors):
+      filled[i] = tensor
+    call_args, call_kwargs = tf.nest.pack_sequence_as((args, kwargs), filled)
+    if strategy is None:
+      return fn(*call_args, **call_kwargs)
+    return strategy.run(fn, args=call_args, kwargs=call_kwargs)
 
-  def replica_step(*args, **kwargs):
-    return strategy.run(fn, args=args, kwargs=kwargs)
-
-  return replica_step
+  return replica_step, specs
 
 
 def check_tpu_compatible(fn, *args, strategy=None, **kwargs
@@ -649,16 +663,15 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs
   if strategy is None and tf.distribute.has_strategy() and (
       tf.distribute.in_cross_replica_context()):
     strategy = tf.distribute.get_strategy()
-  args, kwargs = _to_specs(args), _to_specs(kwargs)
-  step = _replica_step(fn, strategy)
+  step, specs = _replica_step(fn, strategy, args, kwargs)
   name = getattr(fn, "__name__", type(fn).__name__)
 
-  concrete = tf.function(step).get_concrete_function(*args, **kwargs)
+  concrete = tf.function(step).get_concrete_function(*specs)
   walker = _Walker()
   walker.walk_graph(concrete.graph)
 
   if strategy is None or strategy.num_replicas_in_sync == 1:
-    message = _compile(tf.function(step, jit_compile=True), args, kwargs)
+    message = _compile(tf.function(step, jit_compile=True), specs, {})
     compiled = message is None
     if message is not None:
       _explain_compile_failure(walker, message, concrete.graph.name)
