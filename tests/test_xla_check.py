@@ -63,6 +63,11 @@ def py_function_step(x):
   return tf.reduce_sum(y)
 
 
+def numpy_function_step(x):
+  y = tf.numpy_function(lambda a: a * 2.0, [x], tf.float32)  # <numpy_function>
+  return tf.reduce_sum(y)
+
+
 def float64_step(x):
   wide = tf.cast(x, tf.float64)  # <float64>
   return tf.reduce_sum(wide * wide)
@@ -122,6 +127,13 @@ def test_py_function_is_a_problem_at_its_line():
   assert "Python callback" in problem.reason
   assert ("No registered 'EagerPyFunc' OpKernel for XLA_CPU_JIT devices"
           in problem.tf_message)
+
+
+def test_numpy_function_is_a_problem_at_its_line():
+  problem = only(check_tpu_compatible(numpy_function_step, X).problems)
+  assert problem.op_type in ("PyFunc", "PyFuncStateless"), problem
+  assert_at(problem, "numpy_function")
+  assert "Python callback" in problem.reason
 
 
 def test_float64_is_a_problem_at_its_line_and_compiles_on_cpu():

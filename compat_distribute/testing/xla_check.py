@@ -227,8 +227,8 @@ class TPUCompatibilityReport:
         lines.append(f"  {title}:")
         lines.extend("  - " + str(e).replace("\n", "\n    ")
                      for e in entries)
-    if self.compiled is False and not any(p.tf_message
-                                          for p in self.problems):
+    if (self.compiled is False and self.problems and
+        not any(p.tf_message for p in self.problems)):
       lines.append("  XLA: " + (self.compile_message or ""))
     return "\n".join(lines)
 
@@ -314,6 +314,11 @@ def _library_roots() -> tuple[str, ...]:
   return tuple(os.path.join(r, "") for r in roots)
 
 
+@functools.lru_cache(maxsize=4096)
+def _real(filename: str) -> str:
+  return os.path.realpath(filename)
+
+
 def _user_frame(op) -> tuple[str | None, int | None]:
   """The innermost frame of the op's creation outside TF and this package."""
   try:
@@ -326,7 +331,7 @@ def _user_frame(op) -> tuple[str | None, int | None]:
     base = os.path.basename(filename)
     if base.startswith("__autograph_generated_file"):
       continue
-    if os.path.realpath(filename).startswith(roots):
+    if _real(filename).startswith(roots):
       continue
     return filename, frame.lineno
   return None, None
