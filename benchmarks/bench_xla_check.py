@@ -37,141 +37,144 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from compat_distribute.testing import xla_check  # pylint: disable=g-import-not-at-top
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                       "xla_check.json")
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "xla_check.json")
 
 
 def training_step_factory(strategy, width=64, batch=32):
-  """A fresh (variables, step, args) for a dense-layer SGD step."""
-  with strategy.scope():
-    kernel = tf.Variable(tf.random.normal([width, width], seed=1) * 0.05)
-    bias = tf.Variable(tf.zeros([width]))
+    """A fresh (variables, step, args) for a dense-layer SGD step."""
+    with strategy.scope():
+        kernel = tf.Variable(tf.random.normal([width, width], seed=1) * 0.05)
+        bias = tf.Variable(tf.zeros([width]))
 
-  def train_step(x):
-    with tf.GradientTape() as tape:
-      y = tf.nn.relu(tf.matmul(x, kernel) + bias)
-      loss = tf.reduce_mean(tf.square(y))
-    grads = tape.gradient(loss, [kernel, bias])
-    grads = tf.distribute.get_replica_context().all_reduce("mean", grads)
-    kernel.assign_sub(0.01 * grads[0])
-    bias.assign_sub(0.01 * grads[1])
-    return loss
+    def train_step(x):
+        with tf.GradientTape() as tape:
+            y = tf.nn.relu(tf.matmul(x, kernel) + bias)
+            loss = tf.reduce_mean(tf.square(y))
+        grads = tape.gradient(loss, [kernel, bias])
+        grads = tf.distribute.get_replica_context().all_reduce("mean", grads)
+        kernel.assign_sub(0.01 * grads[0])
+        bias.assign_sub(0.01 * grads[1])
+        return loss
 
-  x = tf.random.normal([batch, width], seed=2)
-  return train_step, (x,)
+    x = tf.random.normal([batch, width], seed=2)
+    return train_step, (x,)
 
 
 def _timed(fn):
-  start = time.perf_counter()
-  result = fn()
-  return time.perf_counter() - start, result
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
 
 
 def _warm_medians(calls, steps):
-  """Median time of each call; calls alternate so drift hits all alike."""
-  for call in calls:
-    for _ in range(3):
-      call()
-  times = [[] for _ in calls]
-  for _ in range(steps):
-    for call, sink in zip(calls, times):
-      start = time.perf_counter()
-      call()
-      sink.append(time.perf_counter() - start)
-  return [statistics.median(t) for t in times]
+    """Median time of each call; calls alternate so drift hits all alike."""
+    for call in calls:
+        for _ in range(3):
+            call()
+    times = [[] for _ in calls]
+    for _ in range(steps):
+        for call, sink in zip(calls, times):
+            start = time.perf_counter()
+            call()
+            sink.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def measure(make_step, strategy, warm_steps=50):
-  """Times tracing, the check and warm steps for `make_step(strategy)`.
+    """Times tracing, the check and warm steps for `make_step(strategy)`.
 
-  Args:
-    make_step: `strategy -> (step_fn, args)`; called once per measurement so
-      every measurement traces a fresh function.
-    strategy: the strategy whose `run` executes the step.
-    warm_steps: warm steps timed for each median.
+    Args:
+      make_step: `strategy -> (step_fn, args)`; called once per measurement so
+        every measurement traces a fresh function.
+      strategy: the strategy whose `run` executes the step.
+      warm_steps: warm steps timed for each median.
 
-  Returns:
-    A dict of seconds and ratios (see module docstring).
-  """
-  def runner(step):
-    return tf.function(lambda *a: strategy.run(step, args=a))
+    Returns:
+      A dict of seconds and ratios (see module docstring).
+    """
 
-  # Plain: first trace (trace + run) and warm steps.
-  step, args = make_step(strategy)
-  plain = runner(step)
-  first_trace_s, _ = _timed(lambda: plain(*args))
-  plain_args = args
+    def runner(step):
+        return tf.function(lambda *a: strategy.run(step, args=a))
 
-  # The check on its own, as check_tpu_compatible runs it.
-  step, args = make_step(strategy)
-  check_s, report = _timed(
-      lambda: xla_check.check_tpu_compatible(step, *args, strategy=strategy))
-  assert report.ok, str(report)
+    # Plain: first trace (trace + run) and warm steps.
+    step, args = make_step(strategy)
+    plain = runner(step)
+    first_trace_s, _ = _timed(lambda: plain(*args))
+    plain_args = args
 
-  # Strict mode: check the traced function once, at its first trace.
-  step, args = make_step(strategy)
-  checked = runner(step)
-  specs = [tf.TensorSpec.from_tensor(a) for a in args]
-  first_trace_checked_s, _ = _timed(lambda: (
-      xla_check.ensure_graph_compatible(checked.get_concrete_function(*specs)),
-      checked(*args)))
-  check_graph_s, _ = _timed(
-      lambda: xla_check.check_graph(checked.get_concrete_function(*specs)))
-  warm_step_s, warm_step_checked_s = _warm_medians(
-      [lambda: plain(*plain_args), lambda: checked(*args)], warm_steps)
+    # The check on its own, as check_tpu_compatible runs it.
+    step, args = make_step(strategy)
+    check_s, report = _timed(lambda: xla_check.check_tpu_compatible(step, *args, strategy=strategy))
+    assert report.ok, str(report)
 
-  return {
-      "replicas": strategy.num_replicas_in_sync,
-      "first_trace_s": first_trace_s,
-      "first_trace_checked_s": first_trace_checked_s,
-      "check_s": check_s,
-      "check_graph_s": check_graph_s,
-      "warm_step_s": warm_step_s,
-      "warm_step_checked_s": warm_step_checked_s,
-      "check_over_first_trace": check_s / first_trace_s,
-      "check_graph_over_first_trace": check_graph_s / first_trace_s,
-      "warm_step_overhead": warm_step_checked_s / warm_step_s - 1.0,
-      "check_in_warm_steps": check_s / warm_step_s,
-  }
+    # Strict mode: check the traced function once, at its first trace.
+    step, args = make_step(strategy)
+    checked = runner(step)
+    specs = [tf.TensorSpec.from_tensor(a) for a in args]
+    first_trace_checked_s, _ = _timed(
+        lambda: (
+            xla_check.ensure_graph_compatible(checked.get_concrete_function(*specs)),
+            checked(*args),
+        )
+    )
+    check_graph_s, _ = _timed(lambda: xla_check.check_graph(checked.get_concrete_function(*specs)))
+    warm_step_s, warm_step_checked_s = _warm_medians(
+        [lambda: plain(*plain_args), lambda: checked(*args)], warm_steps
+    )
+
+    return {
+        "replicas": strategy.num_replicas_in_sync,
+        "first_trace_s": first_trace_s,
+        "first_trace_checked_s": first_trace_checked_s,
+        "check_s": check_s,
+        "check_graph_s": check_graph_s,
+        "warm_step_s": warm_step_s,
+        "warm_step_checked_s": warm_step_checked_s,
+        "check_over_first_trace": check_s / first_trace_s,
+        "check_graph_over_first_trace": check_graph_s / first_trace_s,
+        "warm_step_overhead": warm_step_checked_s / warm_step_s - 1.0,
+        "check_in_warm_steps": check_s / warm_step_s,
+    }
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--warm-steps", type=int, default=300)
-  parser.add_argument("--out", default=RESULTS)
-  options = parser.parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--warm-steps", type=int, default=300)
+    parser.add_argument("--out", default=RESULTS)
+    options = parser.parse_args(argv)
 
-  # The kernel table fills at the first XLA compile of the process; time it
-  # apart so it is not billed to one case.
-  table_s, _ = _timed(xla_check._xla_kernels)  # pylint: disable=protected-access
-  # One throwaway trace so the first case does not pay TF's own warm-up.
-  measure(training_step_factory, tf.distribute.get_strategy(), 5)
+    # The kernel table fills at the first XLA compile of the process; time it
+    # apart so it is not billed to one case.
+    table_s, _ = _timed(xla_check._xla_kernels)  # pylint: disable=protected-access
+    # One throwaway trace so the first case does not pay TF's own warm-up.
+    measure(training_step_factory, tf.distribute.get_strategy(), 5)
 
-  cases = {
-      "default_strategy": tf.distribute.get_strategy(),
-      "mirrored_one_cpu": tf.distribute.MirroredStrategy(["/cpu:0"]),
-  }
-  results = {name: measure(training_step_factory, strategy,
-                           options.warm_steps)
-             for name, strategy in cases.items()}
-  worst = max(r["warm_step_overhead"] for r in results.values())
-  payload = {
-      "benchmark": "xla_check",
-      "tensorflow": tf.__version__,
-      "python": platform.python_version(),
-      "warm_steps": options.warm_steps,
-      "kernel_table_first_fill_s": table_s,
-      "cases": results,
-      # Strict is worth on by default when a warm step costs <= 10% more.
-      "strict_default_ok": worst <= 0.10,
-  }
-  os.makedirs(os.path.dirname(options.out), exist_ok=True)
-  with open(options.out, "w") as f:
-    json.dump(payload, f, indent=2, sort_keys=True)
-  json.dump(payload, sys.stdout, indent=2, sort_keys=True)
-  print()
-  return 0
+    cases = {
+        "default_strategy": tf.distribute.get_strategy(),
+        "mirrored_one_cpu": tf.distribute.MirroredStrategy(["/cpu:0"]),
+    }
+    results = {
+        name: measure(training_step_factory, strategy, options.warm_steps)
+        for name, strategy in cases.items()
+    }
+    worst = max(r["warm_step_overhead"] for r in results.values())
+    payload = {
+        "benchmark": "xla_check",
+        "tensorflow": tf.__version__,
+        "python": platform.python_version(),
+        "warm_steps": options.warm_steps,
+        "kernel_table_first_fill_s": table_s,
+        "cases": results,
+        # Strict is worth on by default when a warm step costs <= 10% more.
+        "strict_default_ok": worst <= 0.10,
+    }
+    os.makedirs(os.path.dirname(options.out), exist_ok=True)
+    with open(options.out, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True)
+    json.dump(payload, sys.stdout, indent=2, sort_keys=True)
+    print()
+    return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+    sys.exit(main())
