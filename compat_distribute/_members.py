@@ -49,6 +49,7 @@ class Member:
     new: str = ""  # RENAMED: the member to use instead, relative to the strategy.
     version: str = ""  # RENAMED/GONE: the TensorFlow version that changed it.
     advice: str = ""  # GONE: what to do instead.
+    note: str = ""  # WORKS with impl: how it differs from TF2, for the migration table.
 
     @property
     def message(self):
@@ -169,15 +170,53 @@ TABLE = (
     Member("experimental_distribute_dataset", WORKS),
     Member("distribute_datasets_from_function", WORKS),
     Member("update_config_proto", WORKS),
-    Member("reduce", WORKS, impl=_reduce),
-    Member("experimental_run", WORKS, impl=_experimental_run),
-    Member("make_dataset_iterator", WORKS, impl=_make_dataset_iterator),
-    Member("make_input_fn_iterator", WORKS, impl=_make_input_fn_iterator),
-    Member("experimental_make_numpy_dataset", WORKS, impl=_experimental_make_numpy_dataset),
-    Member("configure", WORKS, impl=_configure),
-    Member("initialize", WORKS, impl=_no_ops),
-    Member("finalize", WORKS, impl=_no_ops),
-    Member("steps_per_run", WORKS, backends=(TPU,), impl=_property(_steps_per_run)),
+    Member("reduce", WORKS, impl=_reduce, note="`axis` defaults to None again (TF2 requires it)"),
+    Member(
+        "experimental_run",
+        WORKS,
+        impl=_experimental_run,
+        note="runs `fn` on `input_iterator.get_next()`",
+    ),
+    Member(
+        "make_dataset_iterator",
+        WORKS,
+        impl=_make_dataset_iterator,
+        note="TF1 iterator with `initialize()` and `get_next()`",
+    ),
+    Member(
+        "make_input_fn_iterator",
+        WORKS,
+        impl=_make_input_fn_iterator,
+        note="TF1 iterator from `input_fn(InputContext)`; PER_WORKER only, as in TF1",
+    ),
+    Member(
+        "experimental_make_numpy_dataset",
+        WORKS,
+        impl=_experimental_make_numpy_dataset,
+        note="dropped from TF2 strategies; served from `extended`",
+    ),
+    Member(
+        "configure",
+        WORKS,
+        impl=_configure,
+        note="updates `session_config` in place, without TF's deprecation log",
+    ),
+    Member(
+        "initialize",
+        WORKS,
+        impl=_no_ops,
+        note="returns `[]`: eager TF2 needs no initialisation ops",
+    ),
+    Member(
+        "finalize", WORKS, impl=_no_ops, note="returns `[]`: eager TF2 needs no finalisation ops"
+    ),
+    Member(
+        "steps_per_run",
+        WORKS,
+        backends=(TPU,),
+        impl=_property(_steps_per_run),
+        note="the constructor's value (default 1), also `extended.steps_per_run`",
+    ),
     Member("experimental_run_v2", RENAMED, new="run", version="2.2"),
     Member(
         "experimental_distribute_datasets_from_function",
@@ -214,13 +253,26 @@ TABLE = (
     Member("value_container", WORKS, EXTENDED),
     Member("variable_created_in_scope", WORKS, EXTENDED),
     Member("steps_per_run", WORKS, EXTENDED, backends=(TPU,)),
-    Member("reduce_to", WORKS, EXTENDED, impl=_reduce_to),
-    Member("batch_reduce_to", WORKS, EXTENDED, impl=_batch_reduce_to),
+    Member(
+        "reduce_to",
+        WORKS,
+        EXTENDED,
+        impl=_reduce_to,
+        note="also takes TF1's `experimental_hints=CollectiveHints(...)`",
+    ),
+    Member(
+        "batch_reduce_to",
+        WORKS,
+        EXTENDED,
+        impl=_batch_reduce_to,
+        note="also takes TF1's `experimental_hints=CollectiveHints(...)`",
+    ),
     Member(
         "experimental_run_steps_on_iterator",
         WORKS,
         EXTENDED,
         impl=_steps.experimental_run_steps_on_iterator,
+        note="runs in eager TF2 as one `tf.function` loop; `run_op` is the step count",
     ),
 )
 
@@ -280,8 +332,7 @@ def migration_table():
         where = "strategy" if row.scope == STRATEGY else "strategy.extended"
         on = " and ".join({TPU: "TPU", MWMS: "MultiWorkerMirrored"}[b] for b in row.backends)
         if row.kind == WORKS:
-            doc = (row.impl.__doc__ or "").strip().splitlines()
-            status, todo = "works as in TF1", doc[0] if doc else ""
+            status, todo = "works as in TF1", row.note
         elif row.kind == RENAMED:
             status, todo = f"renamed in TF {row.version} (warns)", f"use `{row.new}`"
         else:

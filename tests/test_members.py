@@ -259,3 +259,12 @@ def test_migration_table_lists_every_changed_row():
         "| `strategy.experimental_run_v2` | TPU and MultiWorkerMirrored | renamed in TF 2.2 (warns) | use `run` |"
         in table
     )
+
+
+def test_readme_shows_this_table():
+    import os
+
+    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+    with open(readme) as f:
+        text = f.read()
+    assert _members.migration_table() in text, "run `python tools/readme.py members`"
