@@ -325,7 +325,7 @@ def serve(cls, backend, scope):
 
 def migration_table():
     """The README's migration table, as Markdown rows."""
-    lines = ["| member | on | TF2 status | what to do |", "|---|---|---|---|"]
+    lines = ["| member | on | TF2 status | notes, or what to do |", "|---|---|---|---|"]
     for row in TABLE:
         if row.kind == WORKS and row.impl is None:
             continue
