@@ -51,10 +51,28 @@ def compare(candidate, baseline, *, repeats=15, number=20, warmup=3):
     return {"candidate_s": c, "baseline_s": b, "ratio": c / b}
 
 
-def report(name, rows):
-    """Prints `rows` ({label: compare() result or value}) and writes results/<name>.json."""
+def table_row(measure, result, target=""):
+    """A README row for a compare() result: the ratio and both absolute times."""
+    value = (
+        f"{result['ratio']:.3f} ({result['candidate_s'] * 1e6:,.0f} us vs "
+        f"{result['baseline_s'] * 1e6:,.0f} us)"
+    )
+    return {"measure": measure, "value": value, "target": target}
+
+
+def report(name, rows, table=()):
+    """Prints `rows` ({label: compare() result or value}) and writes results/<name>.json.
+
+    `table` holds the rows the README shows (see `table_row`).
+    """
     os.makedirs(RESULTS, exist_ok=True)
-    payload = {"benchmark": name, "machine": machine(), "results": rows, "argv": sys.argv[1:]}
+    payload = {
+        "benchmark": name,
+        "machine": machine(),
+        "results": rows,
+        "table": list(table),
+        "argv": sys.argv[1:],
+    }
     path = os.path.join(RESULTS, f"{name}.json")
     with open(path, "w") as f:
         json.dump(payload, f, indent=2, sort_keys=True)
