@@ -50,10 +50,10 @@ def _error_info(e):
     except Exception:  # pylint: disable=broad-except
         exception = None
     return {
-            "type": type(e).__name__,
-            "message": str(e),
-            "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
-            "exception": exception,
+        "type": type(e).__name__,
+        "message": str(e),
+        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+        "exception": exception,
     }
 
 
@@ -65,9 +65,9 @@ def _call(module, qualname, payload):
         return pickle.dumps(result)
     except Exception as e:  # pylint: disable=broad-except
         raise TypeError(
-                f"the result of {module}:{qualname} does not pickle, so it cannot "
-                f"reach the caller: {type(e).__name__}: {e}. Return plain Python or "
-                f"NumPy values (call .numpy() on tensors).") from e
+            f"the result of {module}:{qualname} does not pickle, so it cannot "
+            f"reach the caller: {type(e).__name__}: {e}. Return plain Python or "
+            f"NumPy values (call .numpy() on tensors).") from e
 
 
 def main(argv=None, conn=None):
