@@ -608,7 +608,7 @@ class LocalCluster:
     def _task_command(self, task_type, task_id, fd):
         del task_type, task_id
         return [sys.executable, "-c", _BOOTSTRAP, "--fd", str(fd),
-            "--devices", str(self._devices_per_worker)]
+                "--devices", str(self._devices_per_worker), "--parent-pid", str(os.getpid())]
 
     # -- Start-up ------------------------------------------------------------
 
