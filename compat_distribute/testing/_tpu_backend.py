@@ -51,12 +51,12 @@ class Backend:
 
     def describe(self):
         """E.g. "fake (v3-8, 8 cores on CPU)" or "local (real TPU, 8 cores)"."""
+        note = f"; {self.note}" if self.note else ""
         if self.is_real:
-            text = f"{self.tpu_name or 'from environment'} (real TPU, {self.num_cores} cores)"
-        else:
-            strict = ", strict" if self.strict else ""
-            text = f"fake ({self.topology}, {self.num_cores} cores on CPU{strict})"
-        return f"{text} [{self.note}]" if self.note else text
+            name = self.tpu_name or "TPU from the environment"
+            return f"{name} (real TPU, {self.num_cores} cores{note})"
+        strict = ", strict" if self.strict else ""
+        return f"fake ({self.topology}, {self.num_cores} cores on CPU{strict}{note})"
 
     def make_resolver(self):
         """The resolver to pass to `compat_distribute.TPUStrategy`."""
@@ -89,6 +89,21 @@ def _connect_and_initialize(name):
     return resolver, topology.num_tasks * topology.num_tpus_per_task
 
 
+def _resolve(name):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
+
+
+def check_resolves(name, *, timeout=DEFAULT_TIMEOUT_S):
+    """Checks that TPU `name` resolves, without connecting to it.
+
+    For a process that must not hold the TPU itself (an xdist controller):
+    catches a wrong name early. Raises `TPUUnreachableError` as `connect` does.
+    """
+    _call_with_deadline(_resolve, name, timeout, "resolve")
+
+
 def connect(name, *, timeout=DEFAULT_TIMEOUT_S, connect_fn=_connect_and_initialize):
     """Runs `connect_fn(name)` with a deadline; returns its result.
 
@@ -96,24 +111,27 @@ def connect(name, *, timeout=DEFAULT_TIMEOUT_S, connect_fn=_connect_and_initiali
     with the Python stack of the blocked call (the call itself cannot be
     cancelled; the caller is expected to end the session).
     """
+    return _call_with_deadline(connect_fn, name, timeout, "connect and initialise")
+
+
+def _call_with_deadline(fn, name, timeout, what):
     shown = "the TPU from the environment" if name is None else f"TPU {name!r}"
     outcome = {}
 
     def target():
         try:
-            outcome["result"] = connect_fn(name)
+            outcome["result"] = fn(name)
         except BaseException as e:  # pylint: disable=broad-except
             outcome["error"] = e
 
-    thread = threading.Thread(target=target, name=f"connect-tpu-{name}", daemon=True)
+    thread = threading.Thread(target=target, name=f"tpu-{name}", daemon=True)
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
         frame = sys._current_frames().get(thread.ident)  # pylint: disable=protected-access
         stack = "".join(traceback.format_stack(frame)) if frame else "(no stack)\n"
         raise TPUUnreachableError(
-            f"{shown} did not connect and initialise within {timeout:g} s. The call "
-            f"was blocked at:\n{stack}"
+            f"{shown} did not {what} within {timeout:g} s. The call was blocked at:\n{stack}"
         )
     if "error" in outcome:
         e = outcome["error"]
@@ -121,7 +139,7 @@ def connect(name, *, timeout=DEFAULT_TIMEOUT_S, connect_fn=_connect_and_initiali
         raise TPUUnreachableError(
             f"{shown} is not reachable: {type(e).__name__}: {first_line}"
         ) from e
-    return outcome["result"]
+    return outcome.get("result")
 
 
 def _environment_names_a_tpu():

@@ -101,20 +101,35 @@ def _set_up_devices(settings):
         ) from None
 
 
+def _unreachable(settings, error):
+    return (
+        f"--tpu={settings.tpu} (from {settings.source('tpu')}): {error}\nNot falling "
+        f"back to the fake TPU: pass --tpu=fake to use the fake, or --tpu=auto to use "
+        f"a TPU only when one is here."
+    )
+
+
 def _choose_backend(config, settings):
+    """The `Backend`; None on an xdist controller, whose workers choose for themselves.
+
+    A TPU that cannot be reached raises `pytest.UsageError`, except in an xdist
+    worker (xdist would restart a worker that fails to configure, again and
+    again): there the message is kept and fails every test.
+    """
     from compat_distribute.testing import _tpu_backend  # pylint: disable=g-import-not-at-top
 
-    if settings.tpu != "fake" and _is_xdist_controller(config):
-        # The workers connect; connecting here too would hold the TPU.
-        return None
     try:
+        if settings.tpu != "fake" and _is_xdist_controller(config):
+            # Only the workers connect (holding the TPU here would lock them
+            # out); a name that does not resolve can still stop the session here.
+            if settings.tpu != "auto":
+                _tpu_backend.check_resolves(settings.tpu)
+            return None
         return _tpu_backend.choose(settings)
     except _tpu_backend.TPUUnreachableError as e:
-        raise pytest.UsageError(
-            f"--tpu={settings.tpu} (from {settings.source('tpu')}): {e}\nThe session "
-            f"stops rather than run on the fake TPU: pass --tpu=fake to use the fake, or "
-            f"--tpu=auto to use a TPU only when one is here."
-        ) from None
+        if hasattr(config, "workerinput"):
+            return _unreachable(settings, e)
+        raise pytest.UsageError(_unreachable(settings, e)) from None
 
 
 def pytest_configure(config):
@@ -134,7 +149,10 @@ def _backend(config):
     """The chosen backend, chosen now if pytest_configure did not need to."""
     if config.stash.get(_BACKEND, None) is None:
         config.stash[_BACKEND] = _choose_backend(config, config.stash[_SETTINGS])
-    return config.stash[_BACKEND]
+    backend = config.stash[_BACKEND]
+    if isinstance(backend, str):
+        pytest.fail(backend, pytrace=False)
+    return backend
 
 
 def pytest_report_header(config):
@@ -142,7 +160,12 @@ def pytest_report_header(config):
     if settings is None or not settings.any_given:
         return None
     backend = config.stash.get(_BACKEND, None)
-    tpu = backend.describe() if backend else f"{settings.tpu} (chosen in each xdist worker)"
+    if backend is None:
+        tpu = f"{settings.tpu} (connected in each xdist worker)"
+    elif isinstance(backend, str):
+        tpu = f"{settings.tpu} (not reachable)"
+    else:
+        tpu = backend.describe()
     devices = settings.tf_devices or "not set"
     return f"compat_distribute: tpu={tpu}, tf-devices={devices}"
 
@@ -166,16 +189,27 @@ def _marker_count(item, name):
     return n
 
 
+def pytest_collection_modifyitems(config, items):
+    tpu_tests = [item for item in items if item.get_closest_marker("tpu") is not None]
+    if not tpu_tests or isinstance(config.stash.get(_BACKEND, None), str):
+        return  # Nothing to mark, or every test fails anyway.
+    backend = _backend(config)
+    if backend.is_real:
+        return
+    settings = config.stash[_SETTINGS]
+    # A skip mark, not pytest.skip() here, so the report points at the test.
+    skip = pytest.mark.skip(
+        reason=f"needs a real TPU; the TPU here is {backend.describe()} "
+        f"(--tpu={settings.tpu}, from {settings.source('tpu')})"
+    )
+    for item in tpu_tests:
+        item.add_marker(skip)
+
+
 def pytest_runtest_setup(item):
+    if isinstance(item.config.stash.get(_BACKEND, None), str):
+        _backend(item.config)  # Fails the test with why the TPU is unreachable.
     _marker_count(item, "multi_worker")  # Checks the argument.
-    if item.get_closest_marker("tpu") is not None:
-        settings = item.config.stash[_SETTINGS]
-        backend = _backend(item.config)
-        if not backend.is_real:
-            pytest.skip(
-                f"needs a real TPU; the TPU here is {backend.describe()} "
-                f"(--tpu={settings.tpu}, from {settings.source('tpu')})"
-            )
 
 
 @pytest.fixture(autouse=True)
