@@ -1,22 +1,19 @@
 """The pytest plugin, run on small test projects through pytest's `pytester`.
 
 Runs that configure TensorFlow devices use `runpytest_subprocess` (a fresh
-TensorFlow runtime each); runs that stop before touching TensorFlow (bad
-values, an unreachable TPU) run in this process.
+TensorFlow runtime each); runs that change nothing in TensorFlow (bad values,
+the header, an unreachable TPU, "auto" without a TPU) run in this process.
 """
 
-import os
-import re
 import threading
 import time
 
 import pytest
 import tensorflow as tf
 
-import compat_distribute
-from compat_distribute import testing
 from compat_distribute.testing import _settings
 from compat_distribute.testing import _tpu_backend
+from compat_distribute.testing import cluster as cluster_lib
 
 pytest_plugins = ["pytester"]
 
@@ -114,6 +111,14 @@ def test_settings_resolve_in_precedence_order():
     assert settings.source("fake_tpu_strict") == "environment variable COMPAT_DISTRIBUTE_FAKE_TPU_STRICT"
     assert settings.any_given
     assert not _settings.resolve(env={"COMPAT_DISTRIBUTE_TPU": ""}, ini={"tpu": ""}).any_given
+
+
+def test_fake_backend_gets_topology_and_strict():
+    settings = _settings.resolve(cli={"fake_tpu_topology": "v4-8", "fake_tpu_strict": True})
+    backend = _tpu_backend.choose(settings)
+    assert backend.describe() == "fake (v4-8, 4 cores on CPU, strict)"
+    resolver = backend.make_resolver()
+    assert (resolver.topology_name, resolver.num_cores, resolver.strict) == ("v4-8", 4, True)
 
 
 # --------------------------------------------------------------------------
@@ -288,3 +293,23 @@ def test_no_option_leaves_tensorflow_alone(pytester):
     result = pytester.runpytest_subprocess("-v", timeout=120)
     result.assert_outcomes(passed=1)
     assert "compat_distribute:" not in result.stdout.str()  # No header line either.
+
+
+# --------------------------------------------------------------------------
+# The session's local cluster, in this session.
+
+
+def worker_facts():
+    """Runs in each worker of the cluster."""
+    strategy = cluster_lib.worker_strategy()
+
+    @tf.function
+    def all_reduce():
+        return strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+    return cluster_lib.current_task(), strategy.num_replicas_in_sync, float(all_reduce())
+
+
+@pytest.mark.multi_worker(2)
+def test_local_cluster_fixture_runs_in_two_workers(local_cluster):
+    assert local_cluster.run(worker_facts) == [(("worker", 0), 2, 2.0), (("worker", 1), 2, 2.0)]

@@ -283,8 +283,13 @@ def strategy(request):
 
 @pytest.fixture(scope="session")
 def local_cluster():
-    """A 2-worker cluster of local processes for the session (see `local_cluster`)."""
-    from compat_distribute import testing  # pylint: disable=g-import-not-at-top
+    """A 2-worker cluster of local processes, started once for the session.
 
-    with testing.local_cluster(2) as cluster:
-        yield cluster
+    `local_cluster.run(fn, *args)` runs a module-level function in both
+    workers (see `compat_distribute.testing.cluster.local_cluster`). Mark the
+    tests that use it `@pytest.mark.multi_worker(2)`.
+    """
+    from compat_distribute.testing import cluster  # pylint: disable=g-import-not-at-top
+
+    with cluster.local_cluster(2) as running:
+        yield running
