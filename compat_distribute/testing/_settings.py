@@ -67,6 +67,7 @@ class Option:
     parse: Callable[[Any], Any]
     default: Any
     help: str
+    metavar: str = ""
     is_flag: bool = False  # a command-line switch that takes no value
 
 
@@ -79,6 +80,7 @@ OPTIONS = (
         default=None,
         help="split the CPU into N virtual TensorFlow devices at start-up "
         "(default: leave TensorFlow alone)",
+        metavar="N",
     ),
     Option(
         name="tpu",
@@ -89,6 +91,7 @@ OPTIONS = (
         help="TPU behind the tpu_strategy fixture: 'fake' (default), 'auto' "
         "(a reachable TPU, else the fake) or a TPU name (must be reachable, "
         "else the session fails)",
+        metavar="fake|auto|NAME",
     ),
     Option(
         name="fake_tpu_topology",
@@ -97,6 +100,7 @@ OPTIONS = (
         parse=_topology,
         default="v3-8",
         help="topology of the fake TPU (default: v3-8)",
+        metavar="TOPOLOGY",
     ),
     Option(
         name="fake_tpu_strict",

@@ -68,7 +68,7 @@ def pytest_addoption(parser):
         else:
             group.addoption(
                 option.flag, action="store", default=None, dest=_dest(option),
-                metavar=option.name.upper(), help=option.help + where,
+                metavar=option.metavar, help=option.help + where,
             )
         parser.addini(option.name, option.help, default="")
 
@@ -161,7 +161,8 @@ def pytest_report_header(config):
         return None
     backend = config.stash.get(_BACKEND, None)
     if backend is None:
-        tpu = f"{settings.tpu} (connected in each xdist worker)"
+        done = "chosen" if settings.tpu == "auto" else "connected"
+        tpu = f"{settings.tpu} ({done} in each xdist worker)"
     elif isinstance(backend, str):
         tpu = f"{settings.tpu} (not reachable)"
     else:
