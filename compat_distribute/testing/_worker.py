@@ -1,14 +1,15 @@
 """The loop that runs inside each `local_cluster` task process.
 
-Started by `cluster.LocalCluster` as `python -m compat_distribute.testing._worker
---fd N --devices D` with TF_CONFIG set. It says "alive" (its stack dump on
-SIGUSR1 is armed), imports TensorFlow, sets up D virtual CPU devices, says
-"ready", then serves calls from the parent over the socket on fd N:
+`cluster.LocalCluster` starts it through `cluster._BOOTSTRAP` (`python -c ...
+--fd N --devices D --parent-pid P`, TF_CONFIG set), which arms the SIGUSR1
+stack dump and says "alive" before this module is imported. `main` then
+imports TensorFlow, sets up D virtual CPU devices, says "ready", and serves
+calls from the parent over the socket on fd N:
 
     parent -> task: ("call", id, module, qualname, pickled (args, kwargs))
-                                    ("exit", 0, None)
+                    ("exit", 0, None)
     task -> parent: ("result", id, pickled result)
-                                    ("error", id, {"type", "message", "traceback", "exception"})
+                    ("error", id, {"type", "message", "traceback", "exception"})
 
 It builds no TensorFlow state of its own: the functions it runs do.
 """
@@ -50,10 +51,10 @@ def _error_info(e):
     except Exception:  # pylint: disable=broad-except
         exception = None
     return {
-            "type": type(e).__name__,
-            "message": str(e),
-            "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
-            "exception": exception,
+        "type": type(e).__name__,
+        "message": str(e),
+        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+        "exception": exception,
     }
 
 
@@ -65,9 +66,9 @@ def _call(module, qualname, payload):
         return pickle.dumps(result)
     except Exception as e:  # pylint: disable=broad-except
         raise TypeError(
-                f"the result of {module}:{qualname} does not pickle, so it cannot "
-                f"reach the caller: {type(e).__name__}: {e}. Return plain Python or "
-                f"NumPy values (call .numpy() on tensors).") from e
+            f"the result of {module}:{qualname} does not pickle, so it cannot "
+            f"reach the caller: {type(e).__name__}: {e}. Return plain Python or "
+            f"NumPy values (call .numpy() on tensors).") from e
 
 
 def main(argv=None, conn=None):
@@ -76,6 +77,7 @@ def main(argv=None, conn=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--parent-pid", type=int, default=None)
     flags = parser.parse_args(argv)
 
     if conn is None:
@@ -84,7 +86,8 @@ def main(argv=None, conn=None):
         conn = mp_connection.Connection(flags.fd)
         conn.send(("alive", {"pid": os.getpid()}))
     os.set_inheritable(flags.fd, False)  # Processes fn starts must not hold it.
-    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
+    parent_pid = os.getppid() if flags.parent_pid is None else flags.parent_pid
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
 
     try:
         cluster._WORKER_TF_CONFIG = cluster.parse_tf_config(os.environ["TF_CONFIG"])  # pylint: disable=protected-access

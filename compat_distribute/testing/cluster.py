@@ -46,16 +46,16 @@ import weakref
 from multiprocessing import connection as mp_connection
 
 __all__ = [
-        "ClusterError",
-        "ClusterTaskError",
-        "ClusterTimeoutError",
-        "LocalCluster",
-        "TFConfig",
-        "current_task",
-        "local_cluster",
-        "parse_tf_config",
-        "pick_unused_port",
-        "worker_strategy",
+    "ClusterError",
+    "ClusterTaskError",
+    "ClusterTimeoutError",
+    "LocalCluster",
+    "TFConfig",
+    "current_task",
+    "local_cluster",
+    "parse_tf_config",
+    "pick_unused_port",
+    "worker_strategy",
 ]
 
 # A task's first lines: arm the stack dump and say "alive" before importing
@@ -93,9 +93,9 @@ def _show(value):
 
 
 _TF_CONFIG_KEYS = (
-        "cluster", "task", "rpc_layer", "environment",
-        # Read by tf.estimator's RunConfig; harmless elsewhere.
-        "session_master", "eval_session_master", "model_dir",
+    "cluster", "task", "rpc_layer", "environment",
+    # Read by tf.estimator's RunConfig; harmless elsewhere.
+    "session_master", "eval_session_master", "model_dir",
 )
 
 
@@ -142,35 +142,35 @@ def parse_tf_config(text) -> TFConfig:
         config = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(
-                f"TF_CONFIG is not valid JSON: {e.msg} at line {e.lineno} column "
-                f"{e.colno} (char {e.pos}) in {text!r}."
+            f"TF_CONFIG is not valid JSON: {e.msg} at line {e.lineno} column "
+            f"{e.colno} (char {e.pos}) in {text!r}."
         ) from None
     if not isinstance(config, dict):
         raise _bad_tf_config("", f"must be a JSON object; got {_show(config)}.")
     unknown = sorted(set(config) - set(_TF_CONFIG_KEYS))
     if unknown:
         raise _bad_tf_config(
-                f"[{unknown[0]!r}]",
-                f"is not a TF_CONFIG key; the keys are {', '.join(_TF_CONFIG_KEYS)}.")
+            f"[{unknown[0]!r}]",
+            f"is not a TF_CONFIG key; the keys are {', '.join(_TF_CONFIG_KEYS)}.")
 
     raw_cluster = config.get("cluster", {})
     if not isinstance(raw_cluster, dict):
         raise _bad_tf_config(
-                "['cluster']",
-                f"must be an object mapping each job name to a list of 'host:port' "
-                f"strings; got {_show(raw_cluster)}.")
+            "['cluster']",
+            f"must be an object mapping each job name to a list of 'host:port' "
+            f"strings; got {_show(raw_cluster)}.")
     cluster = {}
     for job, addrs in raw_cluster.items():
         where = f"['cluster'][{job!r}]"
         if not isinstance(addrs, list) or not addrs:
             raise _bad_tf_config(
-                    where, f"must be a non-empty list of 'host:port' strings; got {_show(addrs)}.")
+                where, f"must be a non-empty list of 'host:port' strings; got {_show(addrs)}.")
         for i, addr in enumerate(addrs):
             host, sep, port = addr.rpartition(":") if isinstance(addr, str) else ("", "", "")
             if not (host and sep and port.isdigit() and int(port) <= 65535):
                 raise _bad_tf_config(
-                        f"{where}[{i}]",
-                        f"must be a 'host:port' string with a port in 0..65535; got {_show(addr)}.")
+                    f"{where}[{i}]",
+                    f"must be a 'host:port' string with a port in 0..65535; got {_show(addr)}.")
         cluster[job] = tuple(addrs)
 
     task_type = task_id = None
@@ -178,34 +178,34 @@ def parse_tf_config(text) -> TFConfig:
         task = config["task"]
         if not isinstance(task, dict):
             raise _bad_tf_config(
-                    "['task']", f"must be an object {{'type': job, 'index': int}}; got {_show(task)}.")
+                "['task']", f"must be an object {{'type': job, 'index': int}}; got {_show(task)}.")
         if "type" not in task:
             raise _bad_tf_config("['task']['type']", f"is missing; got task {task!r}.")
         task_type = task["type"]
         jobs = ", ".join(repr(j) for j in cluster) or "none"
         if not isinstance(task_type, str) or (
-                task_type not in cluster and task_type != "evaluator"):
+            task_type not in cluster and task_type != "evaluator"):
             raise _bad_tf_config(
-                    "['task']['type']",
-                    f"must name a job of TF_CONFIG['cluster'] (jobs: {jobs}); got {_show(task_type)}.")
+                "['task']['type']",
+                f"must name a job of TF_CONFIG['cluster'] (jobs: {jobs}); got {_show(task_type)}.")
         task_id = task.get("index", 0)
         size = len(cluster.get(task_type, ("evaluator",)))
         if (isinstance(task_id, bool) or not isinstance(task_id, int)
-                or not 0 <= task_id < size):
+            or not 0 <= task_id < size):
             raise _bad_tf_config(
-                    "['task']['index']",
-                    f"must be an int in 0..{size - 1} (job {task_type!r} has {size} "
-                    f"task(s)); got {_show(task_id)}.")
+                "['task']['index']",
+                f"must be an int in 0..{size - 1} (job {task_type!r} has {size} "
+                f"task(s)); got {_show(task_id)}.")
         unknown = sorted(set(task) - {"type", "index"})
         if unknown:
             raise _bad_tf_config(
-                    f"['task'][{unknown[0]!r}]", "is not a task key; the keys are 'type' and 'index'.")
+                f"['task'][{unknown[0]!r}]", "is not a task key; the keys are 'type' and 'index'.")
 
     for key in ("rpc_layer", "environment"):
         if key in config and not isinstance(config[key], str):
             raise _bad_tf_config(f"[{key!r}]", f"must be a string; got {_show(config[key])}.")
     return TFConfig(cluster, task_type, task_id, config.get("rpc_layer"),
-                                    config.get("environment"))
+                    config.get("environment"))
 
 
 # --------------------------------------------------------------------------
@@ -230,7 +230,7 @@ class ClusterTaskError(ClusterError):
     """
 
     def __init__(self, message, *, task_type, task_id, exitcode=None,
-                              remote_traceback="", output_tail="", stacks=None):
+                 remote_traceback="", output_tail="", stacks=None):
         super().__init__(message)
         self.task_type = task_type
         self.task_id = task_id
@@ -281,7 +281,7 @@ class PortPicker:
                     self._handed_out.add(port)
                     return port
         raise ClusterError("could not find a free 127.0.0.1 port that was not "
-                                              "already handed out in 100 tries.")
+                           "already handed out in 100 tries.")
 
 
 _PORTS = PortPicker()
@@ -309,20 +309,20 @@ def _function_reference(fn):
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None)
     fix = (" Define fn with `def` at the top level of an importable module "
-                  "(a test module is fine) and pass any values it needs as args.")
+           "(a test module is fine) and pass any values it needs as args.")
     if not isinstance(module, str) or not isinstance(qualname, str):
         raise TypeError(
-                f"fn must be a module-level function, found in a worker by "
-                f"module:qualname; {_show(fn)} has no __module__/__qualname__.{fix}")
+            f"fn must be a module-level function, found in a worker by "
+            f"module:qualname; {_show(fn)} has no __module__/__qualname__.{fix}")
     if "<lambda>" in qualname:
         raise ValueError(
-                f"fn is a lambda ({module}:{qualname}); a worker process cannot "
-                f"import a lambda by name.{fix}")
+            f"fn is a lambda ({module}:{qualname}); a worker process cannot "
+            f"import a lambda by name.{fix}")
     if "<locals>" in qualname:
         raise ValueError(
-                f"fn {module}:{qualname} is defined inside another function (a "
-                f"closure or nested function); a worker process cannot import it by "
-                f"name.{fix}")
+            f"fn {module}:{qualname} is defined inside another function (a "
+            f"closure or nested function); a worker process cannot import it by "
+            f"name.{fix}")
     if module == "__main__":
         main = sys.modules["__main__"]
         spec = getattr(main, "__spec__", None)
@@ -330,23 +330,23 @@ def _function_reference(fn):
         if spec is not None and spec.name not in ("__main__", None):
             module = spec.name  # started with `python -m package.module`
         elif path and os.path.dirname(os.path.abspath(path)) in (
-                os.path.abspath(p or os.curdir) for p in sys.path):
+            os.path.abspath(p or os.curdir) for p in sys.path):
             # A script whose directory is on sys.path: workers import it by its
             # file name (top-level code must sit under `if __name__ == "__main__"`).
             module = os.path.splitext(os.path.basename(path))[0]
         else:
             raise ValueError(
-                    f"fn {qualname} is defined in __main__ (an interactive session, "
-                    f"`python -c`, or a script that is not on sys.path), which a worker "
-                    f"process cannot import.{fix}")
+                f"fn {qualname} is defined in __main__ (an interactive session, "
+                f"`python -c`, or a script that is not on sys.path), which a worker "
+                f"process cannot import.{fix}")
         found = _resolve_or_none(main, qualname)
     else:
         mod = sys.modules.get(module)
         found = _resolve_or_none(mod, qualname) if mod is not None else None
     if found is not fn:
         raise ValueError(
-                f"fn {_show(fn)} is not reachable as {module}:{qualname} (was the "
-                f"name rebound, or is it a method or a functools.partial?).{fix}")
+            f"fn {_show(fn)} is not reachable as {module}:{qualname} (was the "
+            f"name rebound, or is it a method or a functools.partial?).{fix}")
     return module, qualname
 
 
@@ -371,31 +371,47 @@ def _resolve_or_none(obj, qualname):
 # Set by _worker at start-up: this process's TFConfig.
 _WORKER_TF_CONFIG: TFConfig | None = None
 _WORKER_STRATEGIES: dict = {}
+# Collective group keys reserved for each strategy a worker builds.
+_COLLECTIVE_KEY_RANGE = 100_000
 
 
 def current_task() -> tuple[str, int]:
     """(task_type, task_id) of this worker process, e.g. ("worker", 1)."""
     if _WORKER_TF_CONFIG is None:
         raise RuntimeError(
-                "current_task() is for functions run by LocalCluster.run inside a "
-                "worker process; this process is not a local_cluster task.")
+            "current_task() is for functions run by LocalCluster.run inside a "
+            "worker process; this process is not a local_cluster task.")
     return _WORKER_TF_CONFIG.task_type, _WORKER_TF_CONFIG.task_id
 
 
 def worker_strategy(factory=None):
     """This worker's multi-worker strategy, built on first use and cached.
 
+    Call it inside functions given to `LocalCluster.run`: the strategy must be
+    built before any other op in the worker, and builds its gRPC server once.
+
     Args:
         factory: zero-argument callable that builds the strategy; default
             `tf.distribute.MultiWorkerMirroredStrategy`. Each factory is called
-            once per worker process; later calls return the same object, so every
-            `run` on a cluster can share one strategy (and its servers).
+            once per worker process; later calls return the same object, so
+            every `run` on a cluster shares one strategy. Every task must ask
+            for the same factories in the same order (collectives pair up by
+            key, and keys are handed out in build order).
     """
     current_task()  # Raises outside a worker.
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute import collective_all_reduce_strategy as cas  # pylint: disable=g-import-not-at-top
+
     if factory is None:
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
         factory = tf.distribute.MultiWorkerMirroredStrategy
     if factory not in _WORKER_STRATEGIES:
+        # Every strategy numbers its collectives from the class-level
+        # `_collective_key_base`, so a second strategy in a process would reuse
+        # the first one's keys ("Collective instance 101 expected type 0 ...
+        # but got type 1"). Give each strategy of this process its own range.
+        base = _COLLECTIVE_KEY_RANGE * len(_WORKER_STRATEGIES)
+        cas.CollectiveAllReduceStrategy._collective_key_base = base  # pylint: disable=protected-access
+        cas.CollectiveAllReduceStrategyV1._collective_key_base = base  # pylint: disable=protected-access
         _WORKER_STRATEGIES[factory] = factory()
     return _WORKER_STRATEGIES[factory]
 
@@ -447,7 +463,6 @@ class _Task:
     log_path: str
     alive: bool = False   # said hello: its SIGUSR1 stack dump is registered
     ready: bool = False   # imported TF and configured devices
-    closed: bool = False  # its end of the connection is gone
 
     @property
     def name(self):
@@ -480,7 +495,7 @@ class LocalCluster:
     """
 
     def __init__(self, num_workers=2, *, has_chief=False, devices_per_worker=1,
-                              timeout=120, env=None, start_timeout=None):
+                 timeout=120, env=None, start_timeout=None):
         self._num_workers = _positive_int("num_workers", num_workers)
         if not isinstance(has_chief, bool):
             raise TypeError(f"has_chief must be True or False; got {_show(has_chief)}.")
@@ -488,14 +503,13 @@ class LocalCluster:
         self._devices_per_worker = _positive_int("devices_per_worker", devices_per_worker)
         self._timeout = _positive_seconds("timeout", timeout)
         self._start_timeout = (
-                max(self._timeout, 60.0) if start_timeout is None
-                else _positive_seconds("start_timeout", start_timeout))
+            max(self._timeout, 60.0) if start_timeout is None
+            else _positive_seconds("start_timeout", start_timeout))
         self._env = _check_env(env)
         self._tasks: list[_Task] = []
         self._cluster_spec: dict[str, tuple[str, ...]] = {}
         self._log_dir = None
         self._failure = None  # Why the last tasks were torn down, if a fault.
-        self._started_once = False
         self._call_count = 0
 
     # -- Public surface ------------------------------------------------------
@@ -525,7 +539,7 @@ class LocalCluster:
             if (t.task_type, t.task_id) == (task_type, task_id):
                 return t.output()
         raise ValueError(f"no running task {task_type} {task_id}; tasks: "
-                                          f"{', '.join(self.task_names) if self._tasks else 'none (not running)'}.")
+                         f"{', '.join(self.task_names) if self._tasks else 'none (not running)'}.")
 
     def start(self):
         """Launches every task and waits until each has imported TensorFlow."""
@@ -545,7 +559,7 @@ class LocalCluster:
     def __exit__(self, *exc_info):
         self.stop()
 
-    def run(self, fn, *args, **kwargs):
+    def run(self, fn, /, *args, **kwargs):
         """Runs `fn(*args, **kwargs)` in every task; returns results in task order.
 
         `fn` must be importable by module:qualname from a fresh process (a
@@ -563,22 +577,26 @@ class LocalCluster:
             payload = pickle.dumps((args, kwargs))
         except Exception as e:  # pickle raises several types.
             raise TypeError(
-                    f"args and kwargs for {module}:{qualname} must pickle, to reach the "
-                    f"worker processes; pickling failed: {type(e).__name__}: {e}") from e
+                f"args and kwargs for {module}:{qualname} must pickle, to reach the "
+                f"worker processes; pickling failed: {type(e).__name__}: {e}") from e
         if not self._tasks:
             if self._failure is not None:
                 raise ClusterError(
-                        f"this local_cluster was torn down after a fault ({self._failure}); "
-                        f"call start() to launch fresh tasks, or create a new cluster.")
+                    f"this local_cluster was torn down after a fault ({self._failure}); "
+                    f"call start() to launch fresh tasks, or create a new cluster.")
             raise ClusterError(
-                    "this local_cluster is not running: use `with local_cluster(...) as "
-                    "cluster:` or call cluster.start() before run().")
+                "this local_cluster is not running: use `with local_cluster(...) as "
+                "cluster:` or call cluster.start() before run().")
         for attempt in range(_PORT_CLASH_RETRIES + 1):
             try:
                 return self._call(module, qualname, payload)
             except _PortClash as clash:
                 if attempt == _PORT_CLASH_RETRIES:
-                    raise clash.args[0] from None
+                    error = clash.args[0]
+                    error.args = (f"{error.args[0]}\nTensorFlow could not bind a port in "
+                                  f"{attempt + 1} launches with fresh ports.",)
+                    self._failure = str(error).splitlines()[0]
+                    raise error from None
                 self._launch()
         raise AssertionError("unreachable")
 
@@ -590,7 +608,7 @@ class LocalCluster:
     def _task_command(self, task_type, task_id, fd):
         del task_type, task_id
         return [sys.executable, "-c", _BOOTSTRAP, "--fd", str(fd),
-                "--devices", str(self._devices_per_worker)]
+                "--devices", str(self._devices_per_worker), "--parent-pid", str(os.getpid())]
 
     # -- Start-up ------------------------------------------------------------
 
@@ -608,7 +626,6 @@ class LocalCluster:
         self._cluster_spec = {job: tuple(a) for job, a in spec.items()}
         self._log_dir = tempfile.mkdtemp(prefix="local_cluster-")
         self._failure = None
-        self._started_once = True
         _LIVE_CLUSTERS.add(self)
         try:
             for task_type, task_id in keys:
@@ -635,12 +652,12 @@ class LocalCluster:
         try:
             with open(log_path, "wb") as log:
                 process = subprocess.Popen(
-                        self._task_command(task_type, task_id, child_end.fileno()),
-                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                        env=env, pass_fds=(child_end.fileno(),),
-                        # Own process group: killpg reaches anything the task spawns, and
-                        # a Ctrl-C in the terminal reaches only this process.
-                        start_new_session=True)
+                    self._task_command(task_type, task_id, child_end.fileno()),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    env=env, pass_fds=(child_end.fileno(),),
+                    # Own process group: killpg reaches anything the task spawns, and
+                    # a Ctrl-C in the terminal reaches only this process.
+                    start_new_session=True)
         finally:
             child_end.close()
         conn = mp_connection.Connection(parent_end.detach())
@@ -655,11 +672,11 @@ class LocalCluster:
                 stacks = self._dump_stacks()
                 names = ", ".join(t.name for t in waiting)
                 raise ClusterTimeoutError(
-                        f"local_cluster: {names} did not start within "
-                        f"{self._start_timeout:g} s (start_timeout); the other tasks would "
-                        f"wait for them forever, so the cluster was torn down."
-                        f"{self._format_stacks(stacks, self._tasks, start=True)}",
-                        pending=[t.name for t in waiting], stacks=stacks)
+                    f"local_cluster: {names} did not start within "
+                    f"{self._start_timeout:g} s (start_timeout); the other tasks would "
+                    f"wait for them forever, so the cluster was torn down."
+                    f"{self._format_stacks(stacks, self._tasks, start=True)}",
+                    pending=[t.name for t in waiting], stacks=stacks)
             for conn in mp_connection.wait([t.conn for t in waiting], remaining):
                 task = next(t for t in waiting if t.conn is conn)
                 try:
@@ -667,21 +684,21 @@ class LocalCluster:
                 except (EOFError, OSError):
                     code = self._reap_code(task)
                     raise ClusterTaskError(
-                            f"local_cluster: {task.name} {_exit_reason(code)} during "
-                            f"start-up, before it was ready.\n"
-                            f"Output of {task.name} (last lines):\n{_indent(_tail(task.output()))}",
-                            task_type=task.task_type, task_id=task.task_id, exitcode=code,
-                            output_tail=_tail(task.output())) from None
+                        f"local_cluster: {task.name} {_exit_reason(code)} during "
+                        f"start-up, before it was ready.\n"
+                        f"Output of {task.name} (last lines):\n{_indent(_tail(task.output()))}",
+                        task_type=task.task_type, task_id=task.task_id, exitcode=code,
+                        output_tail=_tail(task.output())) from None
                 if kind == "alive":
                     task.alive = True
                 elif kind == "ready":
                     task.ready = True
                 elif kind == "startup_error":
                     raise ClusterTaskError(
-                            f"local_cluster: {task.name} failed during start-up:\n"
-                            f"{_indent(info)}",
-                            task_type=task.task_type, task_id=task.task_id,
-                            remote_traceback=info, output_tail=_tail(task.output()))
+                        f"local_cluster: {task.name} failed during start-up:\n"
+                        f"{_indent(info)}",
+                        task_type=task.task_type, task_id=task.task_id,
+                        remote_traceback=info, output_tail=_tail(task.output()))
 
     # -- Calls ---------------------------------------------------------------
 
@@ -719,7 +736,6 @@ class LocalCluster:
                 try:
                     kind, answer_id, body = conn.recv()
                 except (EOFError, OSError):
-                    task.closed = True
                     failures.append((task, ("died", self._reap_code(task)), time.monotonic()))
                     continue
                 assert answer_id == call_id, (answer_id, call_id)
@@ -728,9 +744,9 @@ class LocalCluster:
                         results[task.name] = pickle.loads(body)
                     except Exception as e:  # pylint: disable=broad-except
                         failures.append((task, ("raised", {
-                                "type": type(e).__name__, "message": str(e), "exception": None,
-                                "traceback": f"unpickling the result of {task.name} here failed: "
-                                                          f"{type(e).__name__}: {e}\n"}), time.monotonic()))
+                            "type": type(e).__name__, "message": str(e), "exception": None,
+                            "traceback": f"unpickling the result of {task.name} here failed: "
+                                         f"{type(e).__name__}: {e}\n"}), time.monotonic()))
                 else:
                     body["exception"] = _loads_or_none(body["exception"])
                     failures.append((task, ("raised", body), time.monotonic()))
@@ -756,11 +772,11 @@ class LocalCluster:
         if not failures:
             names = ", ".join(t.name for t in pending)
             return ClusterTimeoutError(
-                    f"local_cluster: run({call}) did not finish within {self._timeout:g} s "
-                    f"(timeout); still running: {names}. The cluster was torn down."
-                    f"{self._format_outputs(outputs, pending)}"
-                    f"{self._format_stacks(stacks, tasks)}",
-                    pending=[t.name for t in pending], stacks=stacks)
+                f"local_cluster: run({call}) did not finish within {self._timeout:g} s "
+                f"(timeout); still running: {names}. The cluster was torn down."
+                f"{self._format_outputs(outputs, pending)}"
+                f"{self._format_stacks(stacks, tasks)}",
+                pending=[t.name for t in pending], stacks=stacks)
         task, (how, info) = failures[0]
         if how == "died":
             headline = f"{task.name} {_exit_reason(info)} during run({call})"
@@ -771,24 +787,24 @@ class LocalCluster:
             exitcode, remote_tb = None, info["traceback"]
             detail = f"\nTraceback in {task.name}:\n{_indent(remote_tb)}"
         others = "".join(
-                f"\n{t.name} also {_exit_reason(i) if h == 'died' else 'raised ' + i['type'] + ': ' + i['message']}."
-                for t, (h, i) in failures[1:])
+            f"\n{t.name} also {_exit_reason(i) if h == 'died' else 'raised ' + i['type'] + ': ' + i['message']}."
+            for t, (h, i) in failures[1:])
         if pending:
             others += (f"\nStill running when the call failed: "
-                                  f"{', '.join(t.name for t in pending)}.")
+                       f"{', '.join(t.name for t in pending)}.")
         return ClusterTaskError(
-                f"local_cluster: {headline}. The cluster was torn down.{others}{detail}"
-                f"{self._format_outputs(outputs, [task] + pending)}"
-                f"{self._format_stacks(stacks, tasks) if how == 'died' or pending else ''}",
-                task_type=task.task_type, task_id=task.task_id, exitcode=exitcode,
-                remote_traceback=remote_tb, output_tail=_tail(outputs[task.name]),
-                stacks=stacks)
+            f"local_cluster: {headline}. The cluster was torn down.{others}{detail}"
+            f"{self._format_outputs(outputs, [task] + pending)}"
+            f"{self._format_stacks(stacks, tasks) if how == 'died' or pending else ''}",
+            task_type=task.task_type, task_id=task.task_id, exitcode=exitcode,
+            remote_traceback=remote_tb, output_tail=_tail(outputs[task.name]),
+            stacks=stacks)
 
     @staticmethod
     def _format_outputs(outputs, tasks):
         return "".join(
-                f"\nOutput of {t.name} during the call (last lines):\n"
-                f"{_indent(_tail(outputs[t.name]))}" for t in tasks)
+            f"\nOutput of {t.name} during the call (last lines):\n"
+            f"{_indent(_tail(outputs[t.name]))}" for t in tasks)
 
     @staticmethod
     def _format_stacks(stacks, tasks, start=False):
@@ -825,7 +841,7 @@ class LocalCluster:
                 break
             sizes = now
         return {t.name: _drop_watchdog(t.output(starts[t.name])) or
-                                        "(no dump: it did not answer SIGUSR1)" for t in live}
+                        "(no dump: it did not answer SIGUSR1)" for t in live}
 
     def _reap_code(self, task):
         try:
@@ -850,6 +866,9 @@ class LocalCluster:
                         t.conn.recv()
                 except (EOFError, OSError):
                     pass
+        # start_new_session made each task's pid its process group id. Linux
+        # keeps that id reserved while any member lives, even once the task
+        # itself was reaped, so killpg reaches what it spawned and no stranger.
         for t in tasks:
             try:
                 os.killpg(t.process.pid, signal.SIGKILL)
@@ -860,7 +879,7 @@ class LocalCluster:
                 t.process.wait(timeout=10)
             except subprocess.TimeoutExpired:  # Unkillable (D state): say so.
                 print(f"local_cluster: {t.name} (pid {t.process.pid}) did not die "
-                            f"after SIGKILL.", file=sys.stderr)
+                      f"after SIGKILL.", file=sys.stderr)
             t.conn.close()
         if self._log_dir is not None and not self._tasks:
             for name in os.listdir(self._log_dir):
@@ -871,7 +890,7 @@ class LocalCluster:
 
 
 def local_cluster(num_workers=2, *, has_chief=False, devices_per_worker=1,
-                                    timeout=120, env=None, start_timeout=None) -> LocalCluster:
+                  timeout=120, env=None, start_timeout=None) -> LocalCluster:
     """A cluster of local processes that runs a function in every task.
 
     Args:
@@ -890,8 +909,8 @@ def local_cluster(num_workers=2, *, has_chief=False, devices_per_worker=1,
         `start()`/`stop()`.
     """
     return LocalCluster(num_workers, has_chief=has_chief,
-                                            devices_per_worker=devices_per_worker, timeout=timeout,
-                                            env=env, start_timeout=start_timeout)
+                        devices_per_worker=devices_per_worker, timeout=timeout,
+                        env=env, start_timeout=start_timeout)
 
 
 # --------------------------------------------------------------------------
@@ -911,8 +930,8 @@ def _positive_seconds(name, value):
         raise TypeError(f"{name} must be a number of seconds; got {_show(value)}.")
     if not value > 0 or value != value or value == float("inf"):
         raise ValueError(
-                f"{name} must be a finite number of seconds > 0; got {_show(value)}. "
-                f"Every call needs a bound so that a hung task cannot hang the caller.")
+            f"{name} must be a finite number of seconds > 0; got {_show(value)}. "
+            f"Every call needs a bound so that a hung task cannot hang the caller.")
     return float(value)
 
 
@@ -924,14 +943,14 @@ def _check_env(env):
     for key, value in env.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(
-                    f"env must map str -> str; env[{key!r}] = {_show(value)}. Convert "
-                    f"values with str().")
+                f"env must map str -> str; env[{key!r}] = {_show(value)}. Convert "
+                f"values with str().")
     if "TF_CONFIG" in env:
         # Say what is wrong with it first, if anything: a malformed TF_CONFIG
         # usually means the caller meant to configure the cluster through it.
         parse_tf_config(env["TF_CONFIG"])
         raise ValueError(
-                "env['TF_CONFIG'] is set, but local_cluster writes TF_CONFIG for each "
-                "task itself (127.0.0.1 ports it picks). Remove it from env and use "
-                "num_workers= and has_chief= to shape the cluster.")
+            "env['TF_CONFIG'] is set, but local_cluster writes TF_CONFIG for each "
+            "task itself (127.0.0.1 ports it picks). Remove it from env and use "
+            "num_workers= and has_chief= to shape the cluster.")
     return dict(env)
