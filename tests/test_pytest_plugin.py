@@ -40,30 +40,42 @@ def _usage_error(result):
     "args, env, ini, message",
     [
         (
-            ["--tf-devices=x"], {}, "",
+            ["--tf-devices=x"],
+            {},
+            "",
             "--tf-devices: expected a positive integer, got 'x' (from the command line)",
         ),
         (
-            [], {"COMPAT_DISTRIBUTE_TF_DEVICES": "0"}, "",
+            [],
+            {"COMPAT_DISTRIBUTE_TF_DEVICES": "0"},
+            "",
             "--tf-devices: expected a positive integer, got '0' "
             "(from environment variable COMPAT_DISTRIBUTE_TF_DEVICES)",
         ),
         (
-            [], {}, "tf_devices = -3",
+            [],
+            {},
+            "tf_devices = -3",
             "--tf-devices: expected a positive integer, got '-3' (from ini key tf_devices in {ini})",
         ),
         (
-            ["--tpu=my tpu"], {}, "",
+            ["--tpu=my tpu"],
+            {},
+            "",
             "--tpu: expected 'fake', 'auto' or the name of a TPU (no spaces), got 'my tpu' "
             "(from the command line)",
         ),
         (
-            [], {"COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY": "v9-1024"}, "",
+            [],
+            {"COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY": "v9-1024"},
+            "",
             "--fake-tpu-topology: expected one of 'v2-8', 'v3-8', 'v4-8', got 'v9-1024' "
             "(from environment variable COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY)",
         ),
         (
-            [], {}, "fake_tpu_strict = maybe",
+            [],
+            {},
+            "fake_tpu_strict = maybe",
             "--fake-tpu-strict: expected one of 1, true, yes, on, 0, false, no, off, "
             "got 'maybe' (from ini key fake_tpu_strict in {ini})",
         ),
@@ -108,7 +120,10 @@ def test_settings_resolve_in_precedence_order():
     assert settings.source("tf_devices") == "the command line"
     assert settings.source("tpu") == "ini key tpu in setup.cfg"
     assert settings.source("fake_tpu_topology") == "the default"
-    assert settings.source("fake_tpu_strict") == "environment variable COMPAT_DISTRIBUTE_FAKE_TPU_STRICT"
+    assert (
+        settings.source("fake_tpu_strict")
+        == "environment variable COMPAT_DISTRIBUTE_FAKE_TPU_STRICT"
+    )
     assert settings.any_given
     assert not _settings.resolve(env={"COMPAT_DISTRIBUTE_TPU": ""}, ini={"tpu": ""}).any_given
 
@@ -138,15 +153,13 @@ def test_named_tpu_that_is_not_reachable_fails_the_session(pytester):
 
 
 def test_auto_without_a_tpu_picks_the_fake_and_says_so(pytester):
-    pytester.makepyfile(
-        """
+    pytester.makepyfile("""
         import pytest
 
         @pytest.mark.tpu
         def test_needs_tpu():
             raise AssertionError("ran on the fake")
-        """
-    )
+        """)
     result = pytester.runpytest("--tpu=auto", "-rs")
     result.stdout.fnmatch_lines(
         [
@@ -254,7 +267,9 @@ def test_devices_strategies_and_markers_under_xdist(pytester, monkeypatch):
     result = pytester.runpytest_subprocess(
         "--tf-devices=8", "-n", "2", "-rsE", "--strict-markers", timeout=180
     )
-    result.stdout.fnmatch_lines(["compat_distribute: tpu=fake (v3-8, 8 cores on CPU), tf-devices=8"])
+    result.stdout.fnmatch_lines(
+        ["compat_distribute: tpu=fake (v3-8, 8 cores on CPU), tf-devices=8"]
+    )
     result.stdout.fnmatch_lines_random(
         [
             "SKIPPED [[]1[]] test_project.py:*: multi_device(2): needs 2 replicas; "
@@ -280,16 +295,14 @@ def test_devices_strategies_and_markers_under_xdist(pytester, monkeypatch):
 
 
 def test_no_option_leaves_tensorflow_alone(pytester):
-    pytester.makepyfile(
-        """
+    pytester.makepyfile("""
         def test_runtime_untouched():
             from tensorflow.python.eager import context
 
             ctx = context.context_safe()
             assert ctx is None or ctx._context_handle is None, "runtime started"
             assert ctx is None or not ctx._virtual_device_map, "virtual devices configured"
-        """
-    )
+        """)
     result = pytester.runpytest_subprocess("-v", timeout=120)
     result.assert_outcomes(passed=1)
     assert "compat_distribute:" not in result.stdout.str()  # No header line either.

@@ -146,7 +146,10 @@ def resolve(cli=None, env=None, ini=None, ini_path=None):
         places = (
             (cli.get(option.name), "the command line"),
             (env.get(option.env), f"environment variable {option.env}"),
-            (ini.get(option.name), f"ini key {option.name}" + (f" in {ini_path}" if ini_path else "")),
+            (
+                ini.get(option.name),
+                f"ini key {option.name}" + (f" in {ini_path}" if ini_path else ""),
+            ),
         )
         for raw, source in places:
             if raw is None or raw == "":

@@ -62,13 +62,20 @@ def pytest_addoption(parser):
         where = f" [env {option.env}, ini {option.name}]"
         if option.is_flag:
             group.addoption(
-                option.flag, action="store_true", default=None, dest=_dest(option),
+                option.flag,
+                action="store_true",
+                default=None,
+                dest=_dest(option),
                 help=option.help + where,
             )
         else:
             group.addoption(
-                option.flag, action="store", default=None, dest=_dest(option),
-                metavar=option.metavar, help=option.help + where,
+                option.flag,
+                action="store",
+                default=None,
+                dest=_dest(option),
+                metavar=option.metavar,
+                help=option.help + where,
             )
         parser.addini(option.name, option.help, default="")
 
