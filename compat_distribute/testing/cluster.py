@@ -34,9 +34,10 @@ are reachable from the tasks of that cluster and from nothing else, this
 process included (it drives the tasks over socketpairs, which cross
 namespaces). Tasks then have no network beyond that loopback. The namespace is
 made by `unshare --net` (root) or `unshare --user --map-root-user --net`
-(unprivileged, where user namespaces are enabled), held by file descriptors of
-this process, and entered by each task with `nsenter`; it disappears with the
-last task once the cluster stops. `network="auto"` (the default) is private
+(unprivileged, where user namespaces are enabled; the tasks then see their uid
+as 0 in that user namespace, with no more rights on the host than the caller),
+held by file descriptors of this process, and entered by each task with
+`nsenter`; it disappears with the last task once the cluster stops. `network="auto"` (the default) is private
 where that works and otherwise host, with a warning saying why;
 `network="host"` runs the tasks in this process's namespace (needed when this
 process itself must reach their servers).
