@@ -39,7 +39,18 @@ def task_info(tag):
         "tf_config": os.environ["TF_CONFIG"],
         "env_mark": os.environ.get("CLUSTER_TEST_MARK"),
         "tag": tag,
+        "network_namespace": os.readlink("/proc/self/ns/net"),
     }
+
+
+def connect_to(address):
+    """"ok", or the error's type name, for a TCP connection to "host:port"."""
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        return type(e).__name__
+    return "ok"
 
 
 def print_and_return(text):
@@ -235,13 +246,46 @@ def descendants(pid=None):
     return found
 
 
-def assert_no_leaks(pids):
+HOST_NETWORK = os.readlink("/proc/self/ns/net")
+
+
+def network_namespace_users(namespace):
+    """Processes inside `namespace` ("net:[inode]") and descriptors of this
+    process holding it: what keeps a network namespace alive."""
+    users = []
+    for name in os.listdir("/proc"):
+        try:
+            if name.isdigit() and os.readlink(f"/proc/{name}/ns/net") == namespace:
+                users.append(f"pid {name}")
+        except OSError:  # Gone meanwhile, or not ours to read.
+            pass
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == namespace:
+                users.append(f"fd {fd}")
+        except OSError:
+            pass
+    return users
+
+
+def assert_no_leaks(pids, network_namespace=None):
     """`pids` are gone (dead and reaped); every descendant of this process
-    belongs to a cluster that is still running (the shared fixtures)."""
+    belongs to a cluster that is still running (the shared fixtures); nothing
+    holds the cluster's private network namespace any more."""
     assert pids, "no pids recorded"
     assert [p for p in pids if os.path.exists(f"/proc/{p}")] == []
     running = {p for c in list(cluster_lib._LIVE_CLUSTERS) for p in c.pids}
     assert descendants() - running == set()
+    if network_namespace not in (None, HOST_NETWORK):
+        assert network_namespace_users(network_namespace) == []
+
+
+def require_private_network(c):
+    if c.network != "private":
+        pytest.skip(
+            f"no private network namespace on this machine: "
+            f"{cluster_lib._private_network_support()}"
+        )
 
 
 # --------------------------------------------------------------------------
@@ -250,12 +294,13 @@ def assert_no_leaks(pids):
 
 @pytest.fixture(scope="module", name="pair")
 def pair_fixture():
-    """Two workers, no chief, one device each."""
+    """Two workers, no chief, one device each; private network where available."""
     c = local_cluster(2, timeout=60, env={"CLUSTER_TEST_MARK": "from-env"}).start()
     pids = c.pids
+    namespace = c.run(task_info, "namespace")[0]["network_namespace"]
     yield c
     c.stop()
-    assert_no_leaks(pids)
+    assert_no_leaks(pids, namespace)
 
 
 @pytest.fixture(scope="module", name="with_chief")
@@ -289,6 +334,10 @@ def test_run_returns_results_in_task_order_with_own_tf_config(pair):
             "rpc_layer": "grpc",
         }
     assert os.environ.get("TF_CONFIG") == parent_tf_config
+    # One network for the cluster: this process's, or a private one.
+    namespaces = {r["network_namespace"] for r in results}
+    assert len(namespaces) == 1
+    assert (namespaces != {HOST_NETWORK}) == (pair.network == "private")
 
 
 @pytest.mark.multi_worker
@@ -379,6 +428,112 @@ def test_two_workers_train_to_the_same_weights_as_one(pair):
 
 
 # --------------------------------------------------------------------------
+# Network: TensorFlow's gRPC server listens on 0.0.0.0, whatever TF_CONFIG says.
+
+
+@pytest.mark.multi_worker
+def test_private_network_hides_the_servers_from_this_process(pair):
+    require_private_network(pair)
+    # The servers are up and the workers reach each other: a real all-reduce.
+    assert pair.run(all_reduce_sum, 1.5) == [[3.0], [3.0]]
+    addresses = list(pair.cluster_spec["worker"])
+    assert pair.run(connect_to, addresses[1]) == ["ok", "ok"]
+    assert pair.run(connect_to, addresses[0]) == ["ok", "ok"]
+    # From this process (the host's network) neither server exists.
+    for address in addresses:
+        assert connect_to(address) == "ConnectionRefusedError"
+        host, port = address.rsplit(":", 1)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((host, int(port)), timeout=5)
+
+
+@pytest.mark.multi_worker
+@pytest.mark.parametrize("user", [False, True], ids=["as-root", "user-namespace"])
+def test_private_network_keeps_a_listener_on_all_interfaces_inside(user):
+    """The namespace itself, both ways of making it, with a plain Python
+    listener bound like TensorFlow's (0.0.0.0): seen inside, not here."""
+    tools = [cluster_lib.shutil.which(name) for name in ("unshare", "nsenter")]
+    if None in tools:
+        pytest.skip("unshare or nsenter (util-linux) is not installed")
+    try:
+        network = cluster_lib._PrivateNetwork(*tools, user)
+    except ClusterError as e:
+        pytest.skip(f"cannot make this kind of private network here: {e}")
+    listen = (
+        "import socket, sys, time\n"
+        "s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n"
+        "print(s.getsockname()[1], flush=True); time.sleep(60)\n"
+    )
+    listener = cluster_lib.subprocess.Popen(
+        network.enter([sys.executable, "-I", "-S", "-c", listen]),
+        pass_fds=network.fds,
+        stdout=cluster_lib.subprocess.PIPE,
+    )
+    try:
+        port = int(listener.stdout.readline())
+        namespace = os.readlink(f"/proc/{listener.pid}/ns/net")
+        assert namespace != HOST_NETWORK
+        assert connect_to(f"127.0.0.1:{port}") == "ConnectionRefusedError"
+        connect = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)"
+        inside = cluster_lib.subprocess.run(
+            network.enter([sys.executable, "-I", "-S", "-c", connect]),
+            pass_fds=network.fds,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert inside.returncode == 0, inside.stderr
+    finally:
+        listener.kill()
+        listener.wait()
+        listener.stdout.close()
+        network.close()
+    assert network_namespace_users(namespace) == []
+
+
+def test_bad_network_is_refused():
+    for network in ("loopback", "Private", None, True):
+        with pytest.raises(
+            ValueError,
+            match=rf"network must be one of 'private', 'host', 'auto'; got {re.escape(repr(network))} ",
+        ):
+            local_cluster(2, network=network)
+
+
+def test_probe_says_which_tools_are_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cluster_lib._probe_private_network() == (
+        "unshare and nsenter (util-linux) not found on PATH"
+    )
+
+
+def test_without_a_private_network_private_fails_and_auto_warns(monkeypatch):
+    # The once-per-process probe's answer, as on a machine without util-linux.
+    monkeypatch.setattr(
+        cluster_lib, "_PRIVATE_NETWORK_SUPPORT", "unshare and nsenter (util-linux) not found on PATH"
+    )
+    before = descendants()
+    private = local_cluster(2, network="private")
+    with pytest.raises(
+        ClusterError,
+        match=r"local_cluster\(network='private'\) cannot make a private network namespace "
+        r"here: unshare and nsenter \(util-linux\) not found on PATH\. As root",
+    ):
+        private.start()
+    assert not private.running and descendants() <= before
+    auto = local_cluster(2)
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"local_cluster\(network='auto'\) runs its tasks on the host network: no "
+        r"private network namespace here \(unshare and nsenter \(util-linux\) not found",
+    ) as warned:
+        assert auto.network == "host"
+        assert auto.network == "host"  # Resolved once: one warning.
+    assert len(warned) == 1
+    assert local_cluster(2, network="host").network == "host"
+
+
+# --------------------------------------------------------------------------
 # Faults: each asserts the error text, a time bound and the process table.
 
 
@@ -386,6 +541,7 @@ def test_two_workers_train_to_the_same_weights_as_one(pair):
 def test_exception_names_the_task_then_cluster_refuses_until_restarted():
     c = local_cluster(2, timeout=30).start()
     pids = c.pids
+    namespace = c.run(task_info, "before")[0]["network_namespace"]
     start = time.monotonic()
     with pytest.raises(ClusterTaskError) as info:
         c.run(raise_on_worker_1, "broken on purpose")
@@ -400,7 +556,7 @@ def test_exception_names_the_task_then_cluster_refuses_until_restarted():
     assert "about to fail" in error.output_tail
     assert isinstance(error.__cause__, ValueError) and str(error.__cause__) == "broken on purpose"
     assert elapsed < 3.0, elapsed
-    assert_no_leaks(pids)
+    assert_no_leaks(pids, namespace)
 
     with pytest.raises(
         ClusterError, match=r"torn down after a fault \(local_cluster: worker 1 raised"
@@ -409,12 +565,15 @@ def test_exception_names_the_task_then_cluster_refuses_until_restarted():
     # start() launches fresh tasks.
     c.start()
     try:
-        assert [r["task"] for r in c.run(task_info, "again")] == [("worker", 0), ("worker", 1)]
+        again = c.run(task_info, "again")
+        assert [r["task"] for r in again] == [("worker", 0), ("worker", 1)]
         new_pids = c.pids
         assert set(new_pids).isdisjoint(pids)
+        new_namespace = again[0]["network_namespace"]
+        assert (new_namespace != namespace) == (c.network == "private")
     finally:
         c.stop()
-    assert_no_leaks(new_pids)
+    assert_no_leaks(new_pids, new_namespace)
     with pytest.raises(ClusterError, match="not running: use `with local_cluster"):
         c.run(task_info, "stopped")
 
@@ -483,13 +642,15 @@ class _OccupiedFirstPortCluster(cluster_lib.LocalCluster):
 
 @pytest.mark.multi_worker
 def test_port_taken_before_the_server_binds_is_retried_with_new_ports():
+    # On the host network: a private one is fresh, so no port there is taken.
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         occupied = squatter.getsockname()[1]
-        c = _OccupiedFirstPortCluster(occupied, timeout=30).start()
+        c = _OccupiedFirstPortCluster(occupied, timeout=30, network="host").start()
         first_pids = c.pids
         try:
+            assert c.network == "host"
             assert c.cluster_spec["worker"][0] == f"127.0.0.1:{occupied}"
             assert c.run(all_reduce_sum, 2.0) == [[4.0], [4.0]]
             assert len(c.launches) == 2
@@ -497,6 +658,10 @@ def test_port_taken_before_the_server_binds_is_retried_with_new_ports():
             assert c.cluster_spec["worker"] == tuple(f"127.0.0.1:{p}" for p in c.launches[1])
             assert set(c.pids).isdisjoint(first_pids)
             pids = first_pids + c.pids
+            # Host network: this process reaches the servers (TF binds 0.0.0.0).
+            for address in c.cluster_spec["worker"]:
+                assert connect_to(address) == "ok"
+            assert [r["network_namespace"] for r in c.run(task_info, "host")] == [HOST_NETWORK] * 2
         finally:
             c.stop()
     assert_no_leaks(pids)

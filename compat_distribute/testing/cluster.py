@@ -23,6 +23,25 @@ here as `ClusterTaskError` naming the task; a task that dies or hangs past
 the tasks' process groups and reaps them. After a fault the cluster is torn
 down: `run` raises `ClusterError` until `start()` launches fresh tasks.
 
+Network. The cluster spec names 127.0.0.1 only, but TensorFlow's gRPC server
+has no bind-address option: `GrpcServer::Init` in
+tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc calls
+`builder.AddListeningPort("0.0.0.0:" + std::to_string(requested_port), ...)`,
+so every task would listen on every interface of the machine. With
+`network="private"` all tasks of a cluster run in one network namespace of
+their own (Linux), whose only interface is its own loopback: their servers
+are reachable from the tasks of that cluster and from nothing else, this
+process included (it drives the tasks over socketpairs, which cross
+namespaces). Tasks then have no network beyond that loopback. The namespace is
+made by `unshare --net` (root) or `unshare --user --map-root-user --net`
+(unprivileged, where user namespaces are enabled; the tasks then see their uid
+as 0 in that user namespace, with no more rights on the host than the caller),
+held by file descriptors of this process, and entered by each task with
+`nsenter`; it disappears with the last task once the cluster stops. `network="auto"` (the default) is private
+where that works and otherwise host, with a warning saying why;
+`network="host"` runs the tasks in this process's namespace (needed when this
+process itself must reach their servers).
+
 This is the one module of the package that launches processes.
 """
 
@@ -35,6 +54,8 @@ import json
 import numbers
 import os
 import pickle
+import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -42,6 +63,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 import weakref
 from multiprocessing import connection as mp_connection
 
@@ -315,6 +337,153 @@ def pick_unused_port() -> int:
 
 
 # --------------------------------------------------------------------------
+# Private network
+
+_NETWORKS = ("private", "host", "auto")
+# How long making a namespace (or the probe for one) may take.
+_NAMESPACE_TIMEOUT_S = 10.0
+# Runs as the first process of a new network namespace: brings its loopback up
+# (SIOCSIFFLAGS, so `ip` need not be installed), checks that 127.0.0.1 answers,
+# says "up", and lives until its stdin closes so its namespace can be opened.
+_LOOPBACK_UP = """\
+import fcntl, socket, struct, sys
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+IFREQ = "16sH22x"  # struct ifreq: interface name, then ifr_flags.
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    got = fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack(IFREQ, b"lo", 0))
+    flags = struct.unpack(IFREQ, got)[1]
+    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
+with socket.socket() as server:
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    socket.create_connection(server.getsockname(), timeout=5).close()
+sys.stdout.write("up\\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+class _PrivateNetwork:
+    """A network namespace with only its loopback up, held by open descriptors.
+
+    No process stays behind to hold it: the process that made it exits once
+    this one has opened its /proc/PID/ns files; the namespace lives while those
+    descriptors are open or a task is inside, and goes with the last of them.
+    """
+
+    def __init__(self, unshare, nsenter, user):
+        self._nsenter = nsenter
+        self._user = user
+        kinds = ("user", "net") if user else ("net",)
+        command = [unshare, *(["--user", "--map-root-user"] if user else []), "--net"]
+        self.how = " ".join([os.path.basename(unshare)] + command[1:])
+        self._fds = {}
+        maker = subprocess.Popen(
+            command + ["--", sys.executable, "-I", "-S", "-c", _LOOPBACK_UP],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        said = b""
+        try:
+            if select.select([maker.stdout], [], [], _NAMESPACE_TIMEOUT_S)[0]:
+                said = maker.stdout.readline()
+            if said == b"up\n":
+                for kind in kinds:
+                    self._fds[kind] = os.open(f"/proc/{maker.pid}/ns/{kind}", os.O_RDONLY)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            maker.stdin.close()  # Lets it exit.
+            if not self._fds:
+                os.kill(maker.pid, signal.SIGKILL)  # Not reaped yet: still ours.
+            try:
+                code = maker.wait(timeout=_EXIT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.kill(maker.pid, signal.SIGKILL)
+                code = maker.wait()
+            errors = maker.stderr.read().decode("utf-8", "replace").strip().splitlines()
+            maker.stdout.close()
+            maker.stderr.close()
+        if not self._fds:
+            why = (
+                _exit_reason(code)
+                if said or code != -signal.SIGKILL
+                else f"did not bring up its loopback within {_NAMESPACE_TIMEOUT_S:g} s"
+            )
+            raise ClusterError(f"`{self.how}` {why}: {errors[-1] if errors else '(no output)'}")
+
+    @property
+    def fds(self):
+        """Descriptors a task must inherit to enter the namespace."""
+        return tuple(self._fds.values())
+
+    def enter(self, command):
+        """`command` prefixed to run inside the namespace (nsenter execs it:
+        the pid stays the command's own)."""
+        prefix = [self._nsenter]
+        if self._user:
+            prefix += [f"--user=/proc/self/fd/{self._fds['user']}", "--preserve-credentials"]
+        return prefix + [f"--net=/proc/self/fd/{self._fds['net']}", "--"] + list(command)
+
+    def close(self):
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _probe_private_network():
+    """(unshare, nsenter, user) that make and enter a private network here, or
+    a str saying why none can be made."""
+    if not sys.platform.startswith("linux"):
+        return f"network namespaces are a Linux feature and this is {sys.platform}"
+    tools = {name: shutil.which(name) for name in ("unshare", "nsenter")}
+    missing = [name for name, path in tools.items() if path is None]
+    if missing:
+        return f"{' and '.join(missing)} (util-linux) not found on PATH"
+    failures = []
+    for user in (False, True):  # As root, or in a user namespace of our own.
+        try:
+            network = _PrivateNetwork(tools["unshare"], tools["nsenter"], user)
+        except (ClusterError, OSError) as e:
+            failures.append(str(e))
+            continue
+        try:
+            entered = subprocess.run(
+                network.enter([sys.executable, "-I", "-S", "-c", ""]),
+                pass_fds=network.fds,
+                capture_output=True,
+                timeout=_NAMESPACE_TIMEOUT_S,
+            )
+        except (subprocess.TimeoutExpired, OSError) as e:
+            failures.append(f"nsenter into `{network.how}` failed: {e}")
+            continue
+        finally:
+            network.close()
+        if entered.returncode == 0:
+            return tools["unshare"], tools["nsenter"], user
+        failures.append(
+            f"nsenter into `{network.how}` {_exit_reason(entered.returncode)}: "
+            f"{entered.stderr.decode('utf-8', 'replace').strip() or '(no output)'}"
+        )
+    return "; ".join(failures)
+
+
+_PRIVATE_NETWORK_SUPPORT = None  # The probe's answer, once per process.
+_PRIVATE_NETWORK_LOCK = threading.Lock()
+
+
+def _private_network_support():
+    global _PRIVATE_NETWORK_SUPPORT
+    with _PRIVATE_NETWORK_LOCK:
+        if _PRIVATE_NETWORK_SUPPORT is None:
+            _PRIVATE_NETWORK_SUPPORT = _probe_private_network()
+        return _PRIVATE_NETWORK_SUPPORT
+
+
+# --------------------------------------------------------------------------
 # Functions by name
 
 
@@ -540,6 +709,7 @@ class LocalCluster:
         timeout=120,
         env=None,
         start_timeout=None,
+        network="auto",
     ):
         self._num_workers = _positive_int("num_workers", num_workers)
         if not isinstance(has_chief, bool):
@@ -553,6 +723,8 @@ class LocalCluster:
             else _positive_seconds("start_timeout", start_timeout)
         )
         self._env = _check_env(env)
+        self._network = _check_network(network)
+        self._private_network: _PrivateNetwork | None = None
         self._tasks: list[_Task] = []
         self._cluster_spec: dict[str, tuple[str, ...]] = {}
         self._log_dir = None
@@ -579,6 +751,31 @@ class LocalCluster:
     @property
     def running(self) -> bool:
         return bool(self._tasks)
+
+    @property
+    def network(self) -> str:
+        """"private" or "host": where the tasks' gRPC servers listen.
+
+        "private": in a network namespace of the cluster's own, reachable only
+        by its tasks; "host": on every interface of this machine (TensorFlow
+        binds 0.0.0.0). Resolving network="auto" probes the platform once per
+        process, and warns when it falls back to "host".
+        """
+        if self._network == "auto":
+            support = _private_network_support()
+            if isinstance(support, str):
+                warnings.warn(
+                    f"local_cluster(network='auto') runs its tasks on the host network: "
+                    f"no private network namespace here ({support}). Their gRPC servers "
+                    f"listen on all interfaces, since TensorFlow binds 0.0.0.0. Pass "
+                    f"network='host' to accept that without this warning.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                self._network = "host"
+            else:
+                self._network = "private"
+        return self._network
 
     def output(self, task_type, task_id) -> str:
         """Everything the task has written to stdout/stderr while it runs."""
@@ -680,8 +877,22 @@ class LocalCluster:
         return keys + [("worker", i) for i in range(self._num_workers)]
 
     def _launch(self):
+        network = self.network
+        if network == "private":
+            support = _private_network_support()
+            if isinstance(support, str):
+                raise ClusterError(
+                    f"local_cluster(network='private') cannot make a private network "
+                    f"namespace here: {support}. As root this needs `unshare --net`; "
+                    f"unprivileged, user namespaces (sysctls user.max_user_namespaces > 0, "
+                    f"kernel.unprivileged_userns_clone=1 where it exists, "
+                    f"kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04+). "
+                    f"Or pass network='host' (servers on all interfaces)."
+                )
         self._teardown(graceful=False)
         keys = self._task_keys()
+        # Picked on the host even for a private network, where any port is
+        # free: still distinct within the cluster, and the same code path.
         ports = self._pick_ports(len(keys))
         spec = {}
         for (task_type, _), port in zip(keys, ports):
@@ -691,6 +902,8 @@ class LocalCluster:
         self._failure = None
         _LIVE_CLUSTERS.add(self)
         try:
+            if network == "private":
+                self._private_network = _PrivateNetwork(*_private_network_support())
             for task_type, task_id in keys:
                 self._tasks.append(self._spawn(task_type, task_id))
             self._wait_ready()
@@ -712,15 +925,20 @@ class LocalCluster:
         env["TF_CONFIG"] = tf_config.to_json()
         parent_end, child_end = socket.socketpair()
         log_path = os.path.join(self._log_dir, f"{task_type}-{task_id}.log")
+        command = self._task_command(task_type, task_id, child_end.fileno())
+        pass_fds = (child_end.fileno(),)
+        if self._private_network is not None:
+            command = self._private_network.enter(command)
+            pass_fds += self._private_network.fds
         try:
             with open(log_path, "wb") as log:
                 process = subprocess.Popen(
-                    self._task_command(task_type, task_id, child_end.fileno()),
+                    command,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    pass_fds=(child_end.fileno(),),
+                    pass_fds=pass_fds,
                     # Own process group: killpg reaches anything the task spawns, and
                     # a Ctrl-C in the terminal reaches only this process.
                     start_new_session=True,
@@ -989,6 +1207,10 @@ class LocalCluster:
                     file=sys.stderr,
                 )
             t.conn.close()
+        if self._private_network is not None:
+            # Goes with its last task: all of them are reaped by now.
+            self._private_network.close()
+            self._private_network = None
         if self._log_dir is not None and not self._tasks:
             for name in os.listdir(self._log_dir):
                 os.unlink(os.path.join(self._log_dir, name))
@@ -1005,6 +1227,7 @@ def local_cluster(
     timeout=120,
     env=None,
     start_timeout=None,
+    network="auto",
 ) -> LocalCluster:
     """A cluster of local processes that runs a function in every task.
 
@@ -1018,6 +1241,14 @@ def local_cluster(
             written by the cluster for each task and cannot be given here.
         start_timeout: seconds the tasks may take to start (import TensorFlow);
             default max(timeout, 60).
+        network: "private": every task runs in one network namespace of the
+            cluster's own (Linux: root, or user namespaces enabled), so their
+            gRPC servers are reachable only from each other, not from this
+            process or the network; ClusterError at start() where that is
+            unavailable. "host": the tasks share this process's network, their
+            servers listen on all interfaces (TensorFlow binds 0.0.0.0).
+            "auto" (default): "private" where available, else "host" with a
+            RuntimeWarning saying why.
 
     Returns:
         A `LocalCluster`, not started: use it in a `with` statement, or call
@@ -1030,6 +1261,7 @@ def local_cluster(
         timeout=timeout,
         env=env,
         start_timeout=start_timeout,
+        network=network,
     )
 
 
@@ -1054,6 +1286,17 @@ def _positive_seconds(name, value):
             f"Every call needs a bound so that a hung task cannot hang the caller."
         )
     return float(value)
+
+
+def _check_network(network):
+    if not isinstance(network, str) or network not in _NETWORKS:
+        raise ValueError(
+            f"network must be one of {', '.join(repr(n) for n in _NETWORKS)}; got "
+            f"{_show(network)}. 'private' keeps the tasks' servers off the host's "
+            f"interfaces, 'host' shares this process's network, 'auto' picks private "
+            f"where the platform allows it."
+        )
+    return network
 
 
 def _check_env(env):
