@@ -65,7 +65,7 @@ def main(argv=None):
     table = markdown()
     print(table)
     sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
-    import readme  # pylint: disable=g-import-not-at-top
+    import readme
 
     readme.update("bench", table)
     return 1 if failed else 0

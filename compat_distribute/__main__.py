@@ -8,10 +8,10 @@ def main(argv=None):
     if argv != ["smoke"]:
         print("usage: compat-distribute smoke", file=sys.stderr)
         return 2
-    import compat_distribute as cd  # pylint: disable=g-import-not-at-top
+    import compat_distribute as cd
 
     strategy = cd.MultiWorkerMirroredStrategy(cd.CollectiveCommunication.AUTO)
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     total = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(21.0)) * 2)
     ok = float(total) == 42.0 * strategy.num_replicas_in_sync

@@ -127,7 +127,7 @@ def _hints_to_options(options, experimental_hints):
             "Pass either options= or experimental_hints=, not both; experimental_hints "
             "is the TF1 name of options."
         )
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     return tf.distribute.experimental.CommunicationOptions(
         bytes_per_pack=experimental_hints.bytes_per_pack,
@@ -277,8 +277,8 @@ TABLE = (
 )
 
 
-class _Renamed:
-    """Serves a renamed member: warn at the caller's line, return the new one."""
+class _Served:
+    """Descriptor serving one row; `help()` shows the row's message."""
 
     def __init__(self, row):
         self.row = row
@@ -287,23 +287,25 @@ class _Renamed:
     def __get__(self, obj, objtype=None):
         if obj is None:
             return self
-        warnings.warn(self.row.message, DeprecationWarning, stacklevel=2)
+        return self.serve(obj)
+
+
+class _Renamed(_Served):
+    """Warns at the caller's line, then returns the new member."""
+
+    def serve(self, obj):
+        # stacklevel 3: serve <- __get__ <- the user's attribute access.
+        warnings.warn(self.row.message, DeprecationWarning, stacklevel=3)
         target = obj
         for part in self.row.new.split("."):
             target = getattr(target, part)
         return target
 
 
-class _Gone:
-    """A removed member: `AttributeError` with advice, so `hasattr` is False."""
+class _Gone(_Served):
+    """Raises `AttributeError` with advice, so `hasattr` is False."""
 
-    def __init__(self, row):
-        self.row = row
-        self.__doc__ = row.message
-
-    def __get__(self, obj, objtype=None):
-        if obj is None:
-            return self
+    def serve(self, obj):
         raise AttributeError(f"{type(obj).__name__}.{self.row.message}")
 
 

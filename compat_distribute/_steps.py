@@ -27,7 +27,7 @@ def _fn_key(fn):
 
 
 def _steps_tensor(name, value, default):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     steps = _validate.positive_int(
         name,
@@ -58,7 +58,7 @@ def run_steps(strategy, fn, iterator, steps=None):
 
 
 def _make_run_steps_loop(strategy, fn):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     @tf.function(autograph=True)
     def loop(iterator, steps):
@@ -86,7 +86,7 @@ def experimental_run_steps_on_iterator(
     `initial_loop_values` is accepted for V1 compatibility; as in TF1, `fn`
     does not see it.
     """
-    from tensorflow.python.distribute import input_lib  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute import input_lib
 
     del initial_loop_values
     n = _steps_tensor("iterations", iterations, 1)
@@ -109,8 +109,8 @@ def experimental_run_steps_on_iterator(
 
 
 def _make_iterator_loop(extended, fn, iterator):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tensorflow.python.distribute import input_lib  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
+    from tensorflow.python.distribute import input_lib
 
     traced = {}
     strategy = extended._container_strategy()  # pylint: disable=protected-access

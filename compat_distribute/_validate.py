@@ -36,7 +36,7 @@ def steps_per_run(value):
 
 def communication(value):
     """Returns the `CommunicationImplementation` member that `value` names."""
-    from tensorflow.python.distribute import collective_util  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute import collective_util
 
     enum = collective_util.CommunicationImplementation
     if isinstance(value, enum):
@@ -65,9 +65,7 @@ def communication(value):
 def device_assignment(value):
     if value is None:
         return None
-    from tensorflow.python.tpu import (
-        device_assignment as da_lib,
-    )  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.tpu import device_assignment as da_lib
 
     if not isinstance(value, da_lib.DeviceAssignment):
         raise TypeError(
@@ -88,12 +86,8 @@ def cluster_resolver(name, value, *, tpu):
     """
     if value is None:
         return None
-    from tensorflow.python.distribute.cluster_resolver import (
-        cluster_resolver as cr_lib,
-    )  # pylint: disable=g-import-not-at-top
-    from tensorflow.python.distribute.cluster_resolver import (
-        tpu_cluster_resolver as tpu_cr_lib,
-    )  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute.cluster_resolver import cluster_resolver as cr_lib
+    from tensorflow.python.distribute.cluster_resolver import tpu_cluster_resolver as tpu_cr_lib
 
     if not isinstance(value, cr_lib.ClusterResolver):
         raise TypeError(

@@ -53,7 +53,7 @@ class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf_collective.Collectiv
         _validate.cluster_resolver("cluster_resolver", cluster_resolver, tpu=False)
         from tensorflow.python.distribute import (
             collective_util,
-        )  # pylint: disable=g-import-not-at-top
+        )
 
         # Keywords only: V1 and V2 take these two in opposite orders.
         super().__init__(

@@ -27,14 +27,14 @@ def update(name, content):
 
 def members():
     sys.path.insert(0, ROOT)
-    from compat_distribute import _members  # pylint: disable=g-import-not-at-top
+    from compat_distribute import _members
 
     return _members.migration_table()
 
 
 def bench():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    import run_all  # pylint: disable=g-import-not-at-top
+    import run_all
 
     return run_all.markdown()
 

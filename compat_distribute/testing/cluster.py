@@ -754,7 +754,7 @@ class LocalCluster:
 
     @property
     def network(self) -> str:
-        """"private" or "host": where the tasks' gRPC servers listen.
+        """ "private" or "host": where the tasks' gRPC servers listen.
 
         "private": in a network namespace of the cluster's own, reachable only
         by its tasks; "host": on every interface of this machine (TensorFlow

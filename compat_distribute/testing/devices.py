@@ -37,7 +37,7 @@ def set_virtual_devices(n, device_type="CPU", *, memory_limit_mb=DEFAULT_GPU_MEM
             f"device_type must be one of {DEVICE_TYPES}; got {device_type!r}. TPU cores "
             f"are faked with compat_distribute.testing.FakeTPUClusterResolver."
         )
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     physical = tf.config.list_physical_devices(device_type)  # does not start the runtime
     if not physical:
