@@ -11,8 +11,11 @@ Picking the hardware (`fake_tpu_target`, `tpu_target`, `gpu_target`,
 `auto_target`) lives here too; the command line is in `__main__`.
 """
 
+import contextlib
 import dataclasses
+import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -97,6 +100,26 @@ def _local(strategy, value):
     return [np.asarray(v) for v in strategy.experimental_local_results(value)]
 
 
+def _host_input():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    # Batches stay on the host until a step reads them: building the
+    # per-device prefetch iterators costs seconds on 8 virtual devices, and
+    # the dataset check covers that path.
+    return tf.distribute.InputOptions(experimental_fetch_to_device=False)
+
+
+def _smallest(strategy, value):
+    return int(np.min(np.concatenate([np.ravel(v) for v in _local(strategy, value)])))
+
+
+def _in_function(fn):
+    """Calls `fn()` inside a `tf.function`: a TPU's `run` must be traced."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return tf.function(fn)()
+
+
 # The checks. Each takes the Target and a dict it may fill with measurements
 # for the report (e.g. steps_per_second), and returns a one-line detail.
 
@@ -122,7 +145,8 @@ def check_per_replica_values(target, measured):
         return tf.cast(ctx.replica_id_in_sync_group, tf.int32) * 10
 
     # The V1 name: warns, then runs as `run`.
-    values = [int(v) for v in _local(strategy, strategy.experimental_run_v2(replica_fn))]
+    result = _in_function(lambda: strategy.experimental_run_v2(replica_fn))
+    values = [int(v) for v in _local(strategy, result)]
     _expect("per-replica values (10 * replica id)", values, [10 * i for i in range(target.replicas)])
     return f"experimental_run_v2 gave 10*replica_id = {_short(values)}"
 
@@ -140,7 +164,7 @@ def check_all_reduce(target, measured):
         mine = tf.cast(ctx.replica_id_in_sync_group + 1, tf.float32)
         return ctx.all_reduce(tf.distribute.ReduceOp.SUM, mine), mine
 
-    summed, mine = strategy.run(replica_fn)
+    summed, mine = _in_function(lambda: strategy.run(replica_fn))
     sums = [float(v) for v in _local(strategy, summed)]
     _expect("all_reduce(SUM) of 1..n in each replica", sums, [float(total)] * n)
     # V1 `reduce` without `axis`.
@@ -173,26 +197,25 @@ def check_run_steps(target, measured):
 
     def step(batch):
         counter.assign_add(1)
-        return tf.reduce_min(batch)
+        return batch
 
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    iterator = iter(strategy.experimental_distribute_dataset(dataset, _host_input()))
     last = strategy.run_steps(step, iterator)  # steps defaults to steps_per_run
     _expect("counter after run_steps", int(counter.numpy()), steps)
-    _expect("first value of the last batch", int(min(_local(strategy, last))), n * (steps - 1))
+    _expect("first value of the last batch", _smallest(strategy, last), n * (steps - 1))
 
     # TF1's own loop, over a V1 iterator.
     v1_iterator = strategy.make_dataset_iterator(dataset)
     v1_iterator.initialize()
 
     def v1_step(ctx, inputs):
-        out = strategy.run(step, args=(inputs,))
-        ctx.set_last_step_output("first", out, reduce_op=tf.distribute.ReduceOp.MIN)
+        ctx.set_last_step_output("batch", strategy.run(step, args=(inputs,)))
 
     ctx = strategy.extended.experimental_run_steps_on_iterator(
         v1_step, v1_iterator, iterations=steps
     )
     _expect("counter after experimental_run_steps_on_iterator", int(counter.numpy()), 2 * steps)
-    first = int(ctx.last_step_outputs["first"])
+    first = _smallest(strategy, ctx.last_step_outputs["batch"])
     _expect("first value of its last batch", first, n * (steps - 1))
     return (
         f"counter 0 -> {steps} after run_steps, -> {2 * steps} after "
@@ -281,7 +304,7 @@ def check_checkpoint(target, measured):
     return f"{len(saved)} variables ({values} values, {size} bytes) restored bit-identically"
 
 
-TRAIN_CALLS = 10  # calls of run_steps timed, after one warm-up call
+TRAIN_STEPS = 40  # at least this many steps are timed, in at least 5 calls
 
 
 def check_training(target, measured):
@@ -322,16 +345,17 @@ def check_training(target, measured):
         return float(tf.reduce_mean(tf.square(tf.matmul(features, w) + b - labels)))
 
     before = full_loss()
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    iterator = iter(strategy.experimental_distribute_dataset(dataset, _host_input()))
     strategy.run_steps(train_step, iterator)  # traces (and compiles) the loop
+    calls = max(5, -(-TRAIN_STEPS // steps))
     start = time.perf_counter()
-    for _ in range(TRAIN_CALLS):
+    for _ in range(calls):
         last = strategy.run_steps(train_step, iterator)
     float(_local(strategy, last)[0])  # wait for the device
     elapsed = time.perf_counter() - start
     after = full_loss()
-    total_steps = steps * (TRAIN_CALLS + 1)
-    measured["steps_per_second"] = round(steps * TRAIN_CALLS / elapsed, 1)
+    total_steps = steps * (calls + 1)
+    measured["steps_per_second"] = round(steps * calls / elapsed, 1)
     if not after < 0.1 * before:
         raise CheckFailed(
             f"loss did not fall to under a tenth: {before:.4g} -> {after:.4g} "
@@ -373,6 +397,11 @@ def _short(values, limit=8):
     return f"[{values[0]}, {values[1]}, ..., {values[-1]}]"
 
 
+class _NoTTY:
+    def isatty(self):
+        return False
+
+
 class Progress:
     """A one-line ticker on stderr while a check runs, only when it is a TTY."""
 
@@ -409,29 +438,31 @@ class Progress:
         self.stream.flush()
 
 
-def run_checks(target, *, inject_failure=None, progress=None, on_result=None):
+def run_checks(target, *, inject_failure=None, progress=None, on_start=None, on_result=None):
     """Runs `CHECKS` against `target`; returns a `Report`.
 
     `inject_failure` names a check whose result is turned into a failure after
-    it ran (to test the failure path end to end). `on_result(result)` is called
-    after each check, for printing as they finish.
+    it ran (to test the failure path end to end). `progress` (a `Progress`)
+    ticks while each check runs. `on_start(name)` and `on_result(result)` are
+    called around each check, for printing results as they come.
     """
     if inject_failure is not None and inject_failure not in CHECK_NAMES:
         raise ValueError(
             f"inject_failure must be one of {', '.join(CHECK_NAMES)}; got {inject_failure!r}."
         )
-    progress = progress or Progress(stream=open(os.devnull, "w"))
+    progress = progress or Progress(stream=_NoTTY())
     results = []
     measured = {}
     deprecations = {}
     other_warnings = {}
     started = time.perf_counter()
     for index, check in enumerate(CHECKS):
+        if on_start is not None:
+            on_start(check.name)
         progress.start(f"[{index + 1}/{len(CHECKS)}] {check.name}")
         t0 = time.perf_counter()
         skipped = False
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with _captured_warnings() as caught:
             try:
                 detail, ok = check.fn(target, measured), True
             except _Skip as e:
@@ -442,9 +473,9 @@ def run_checks(target, *, inject_failure=None, progress=None, on_result=None):
                 detail, ok = _one_line(f"{type(e).__name__}: {e}"), False
         seconds = time.perf_counter() - t0
         progress.stop()
-        for w in caught:
-            bucket = deprecations if issubclass(w.category, DeprecationWarning) else other_warnings
-            bucket.setdefault(_one_line(str(w.message)), None)
+        for deprecation, message in caught:
+            bucket = deprecations if deprecation else other_warnings
+            bucket.setdefault(message, None)
         if check.name == inject_failure:
             detail, ok = f"failure injected by --inject-failure (measured: {detail})", False
         result = Result(check.name, ok, detail, round(seconds, 3), skipped)
@@ -462,6 +493,43 @@ def run_checks(target, *, inject_failure=None, progress=None, on_result=None):
         other_warnings=list(other_warnings),
         info=dict(target.info),
     )
+
+
+class _LogCollector(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _captured_warnings():
+    """Collects Python warnings and TensorFlow's logged warnings in a block.
+
+    Yields a list that is filled, on exit, with (is_deprecation, message)
+    pairs. TensorFlow logs its own deprecations (`deprecation.deprecated`)
+    instead of warning, so its logger is diverted here too.
+    """
+    caught = []
+    logger = logging.getLogger("tensorflow")
+    collector = _LogCollector()
+    saved = logger.handlers[:], logger.propagate
+    logger.handlers[:] = [collector]
+    logger.propagate = False
+    try:
+        with warnings.catch_warnings(record=True) as raised:
+            warnings.simplefilter("always")
+            yield caught
+    finally:
+        logger.handlers[:], logger.propagate = saved
+        for w in raised:
+            caught.append((issubclass(w.category, DeprecationWarning), _one_line(str(w.message))))
+        for message in collector.messages:
+            first = message.strip().splitlines()[0] if message.strip() else message
+            first = re.sub(r"^From .*?:\d+: ", "", first)  # TF's "From file:line: " prefix
+            caught.append(("deprecated" in first, _one_line(first)))
 
 
 def _one_line(text, limit=300):
@@ -517,7 +585,7 @@ class Unreachable(RuntimeError):
     """The requested hardware cannot be reached."""
 
 
-DEFAULT_TOPOLOGY = "v3-8"
+DEFAULT_TOPOLOGY = "v3-8"  # the fake TPU's default, too
 CONNECT_TIMEOUT_S = 30.0
 
 
@@ -589,10 +657,7 @@ def tpu_target(name, steps_per_run, *, timeout=CONNECT_TIMEOUT_S):
     strategy = tpu.TPUStrategy(resolver, steps_per_run=steps_per_run)
 
     def split_strategy():
-        # Two cores of one chip per replica (TPU v2/v3 chips have two cores).
-        assignment = tf.tpu.experimental.DeviceAssignment.build(
-            topology, computation_shape=[1, 1, 1, 2], num_replicas=cores // 2
-        )
+        assignment = _two_cores_per_replica(topology)
         return (
             tpu.TPUStrategy(resolver, steps_per_run=steps_per_run, device_assignment=assignment),
             2,
@@ -606,6 +671,54 @@ def tpu_target(name, steps_per_run, *, timeout=CONNECT_TIMEOUT_S):
         split_strategy=split_strategy if cores >= 2 else None,
         info={"backend": "tpu", "tpu": name},
     )
+
+
+def _two_cores_per_replica(topology):
+    """A device assignment of `topology` with replicas of two adjacent cores."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    # Two cores of one chip where chips have two (v2, v3), else two chips.
+    shape = [1, 1, 1, 2] if topology.mesh_shape[-1] >= 2 else [2, 1, 1, 1]
+    cores = topology.num_tasks * topology.num_tpus_per_task
+    return tf.tpu.experimental.DeviceAssignment.build(
+        topology, computation_shape=shape, num_replicas=cores // 2
+    )
+
+
+def fake_tpu_target(topology, steps_per_run):
+    """The fake TPU of `compat_distribute.testing` on virtual CPU devices.
+
+    Creates the virtual devices it needs, so call it before TensorFlow starts.
+    """
+    from compat_distribute import tpu  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing import fake_tpu  # pylint: disable=g-import-not-at-top
+
+    resolver = fake_tpu.FakeTPUClusterResolver(topology)
+    strategy = tpu.TPUStrategy(resolver, steps_per_run=steps_per_run)
+    cores = resolver.num_cores
+
+    def split_strategy():
+        assignment = _two_cores_per_replica(fake_tpu.initialize_tpu_system(resolver))
+        return (
+            tpu.TPUStrategy(resolver, steps_per_run=steps_per_run, device_assignment=assignment),
+            2,
+        )
+
+    return Target(
+        strategy=strategy,
+        device=f"fake TPU {topology} ({cores} cores on {cores} virtual CPU devices)",
+        replicas=cores,
+        steps_per_run=steps_per_run,
+        split_strategy=split_strategy if cores >= 2 else None,
+        info={"backend": "fake_tpu", "topology": topology},
+    )
+
+
+def topologies():
+    """The fake TPU's preset topology names."""
+    from compat_distribute.testing import fake_tpu  # pylint: disable=g-import-not-at-top
+
+    return tuple(fake_tpu.TOPOLOGIES)
 
 
 def gpu_target(steps_per_run):
