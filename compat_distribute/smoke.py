@@ -181,9 +181,13 @@ def check_run_steps(target, measured):
 
     strategy = target.strategy
     n = target.replicas
-    # V1 attribute where the strategy has one (TPU), else what the target says.
-    steps = getattr(strategy, "steps_per_run", None) or target.steps_per_run
-    _expect("steps_per_run", steps, target.steps_per_run)
+    steps = target.steps_per_run
+    # A TPU strategy knows its steps_per_run (V1 attribute) and run_steps
+    # defaults to it; other strategies are told.
+    own_steps = getattr(strategy, "steps_per_run", None)
+    if own_steps is not None:
+        _expect("strategy.steps_per_run", own_steps, steps)
+    steps_arg = None if own_steps is not None else steps
     with strategy.scope():
         counter = tf.Variable(
             0,
@@ -200,7 +204,7 @@ def check_run_steps(target, measured):
         return batch
 
     iterator = iter(strategy.experimental_distribute_dataset(dataset, _host_input()))
-    last = strategy.run_steps(step, iterator)  # steps defaults to steps_per_run
+    last = strategy.run_steps(step, iterator, steps_arg)
     _expect("counter after run_steps", int(counter.numpy()), steps)
     _expect("first value of the last batch", _smallest(strategy, last), n * (steps - 1))
 
@@ -346,11 +350,12 @@ def check_training(target, measured):
 
     before = full_loss()
     iterator = iter(strategy.experimental_distribute_dataset(dataset, _host_input()))
-    strategy.run_steps(train_step, iterator)  # traces (and compiles) the loop
+    steps_arg = None if getattr(strategy, "steps_per_run", None) else steps
+    strategy.run_steps(train_step, iterator, steps_arg)  # traces (and compiles) the loop
     calls = max(5, -(-TRAIN_STEPS // steps))
     start = time.perf_counter()
     for _ in range(calls):
-        last = strategy.run_steps(train_step, iterator)
+        last = strategy.run_steps(train_step, iterator, steps_arg)
     float(_local(strategy, last)[0])  # wait for the device
     elapsed = time.perf_counter() - start
     after = full_loss()
