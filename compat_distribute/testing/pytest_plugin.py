@@ -1,0 +1,1 @@
+"""pytest plugin of compat_distribute (options, fixtures, markers)."""
