@@ -184,11 +184,15 @@ def main():
     def med(runs, key):
         return statistics.median(r[key] for r in runs)
 
-    start_ratio = _ratio(med(local, "start_to_first_all_reduce_s"), med(by_hand, "start_to_first_all_reduce_s"))
+    start_ratio = _ratio(
+        med(local, "start_to_first_all_reduce_s"), med(by_hand, "start_to_first_all_reduce_s")
+    )
     # A warm run() of one all-reduce against the all-reduce alone, in raw TF.
     call_ratio = _ratio(med(local, "run_all_reduce_s"), med(by_hand, "seconds_per_all_reduce"))
     # Inside the workers the all-reduce is TF's either way: this should be ~1.
-    inner_ratio = _ratio(med(local, "seconds_per_all_reduce"), med(by_hand, "seconds_per_all_reduce"))
+    inner_ratio = _ratio(
+        med(local, "seconds_per_all_reduce"), med(by_hand, "seconds_per_all_reduce")
+    )
     warm_run_s = med(local, "warm_run_s")
     rows = {
         "start to first all-reduce (2 workers): local_cluster / by hand": start_ratio,

@@ -27,7 +27,10 @@ class _CollectiveExtended(_tf_collective.CollectiveAllReduceExtended):
         # worker's only device: reduce to it.
         if len(self.worker_devices) == 1:
             value_destination_pairs = [
-                (value, dest if _cross_device_ops.check_destinations(dest) else self.worker_devices[0])
+                (
+                    value,
+                    dest if _cross_device_ops.check_destinations(dest) else self.worker_devices[0],
+                )
                 for value, dest in value_destination_pairs
             ]
         return super()._batch_reduce_to(reduce_op, value_destination_pairs, options)

@@ -53,7 +53,9 @@ def local_cpu_count():
     # Once a strategy joined the cluster, every task's devices are listed.
     task_type, task_id = cluster_lib.current_task()
     mine = f"/job:{task_type}/replica:0/task:{task_id}/"
-    return sum("/job:" not in d.name or mine in d.name for d in tf.config.list_logical_devices("CPU"))
+    return sum(
+        "/job:" not in d.name or mine in d.name for d in tf.config.list_logical_devices("CPU")
+    )
 
 
 def strategy_facts():
@@ -80,13 +82,17 @@ def all_reduce_of_replica_ids(use_shim):
 
     import compat_distribute
 
-    s = cluster_lib.worker_strategy(compat_distribute.MultiWorkerMirroredStrategy if use_shim else None)
+    s = cluster_lib.worker_strategy(
+        compat_distribute.MultiWorkerMirroredStrategy if use_shim else None
+    )
 
     def step():
         values = s.experimental_distribute_values_from_function(
             lambda ctx: tf.constant(ctx.replica_id_in_sync_group + 1.0)
         )
-        return s.run(lambda v: tf.distribute.get_replica_context().all_reduce("sum", v), args=(values,))
+        return s.run(
+            lambda v: tf.distribute.get_replica_context().all_reduce("sum", v), args=(values,)
+        )
 
     # Raw TF only manages this eagerly; the shim also inside tf.function.
     step = tf.function(step) if use_shim else step
@@ -99,7 +105,9 @@ def documented_all_reduce_example(use_shim):
 
     import compat_distribute
 
-    strategy = cluster_lib.worker_strategy(compat_distribute.MultiWorkerMirroredStrategy if use_shim else None)
+    strategy = cluster_lib.worker_strategy(
+        compat_distribute.MultiWorkerMirroredStrategy if use_shim else None
+    )
     try:
         # --- verbatim from tf.distribute.Strategy.run, example 3 ---
         @tf.function
@@ -125,7 +133,9 @@ def all_reduce_sum(value):
     import tensorflow as tf
 
     s = cluster_lib.worker_strategy()
-    result = s.run(lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.constant(value)))
+    result = s.run(
+        lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.constant(value))
+    )
     return [float(v) for v in s.experimental_local_results(result)]
 
 
@@ -340,9 +350,10 @@ def test_all_reduce_of_values_from_function_sums_over_replicas(pair):
 @pytest.mark.multi_worker
 def test_documented_all_reduce_example_fails_on_tf_and_passes_on_the_shim(pair):
     # TF 2.21, one device per worker: the docstring example cannot even trace.
-    assert pair.run(documented_all_reduce_example, use_shim=False) == [
-        "ValueError: destinations can not be empty"
-    ] * 2
+    assert (
+        pair.run(documented_all_reduce_example, use_shim=False)
+        == ["ValueError: destinations can not be empty"] * 2
+    )
     # The shim runs it verbatim: replica ids 0 + 1 on every replica.
     assert pair.run(documented_all_reduce_example, use_shim=True) == [[1], [1]]
 
@@ -385,13 +396,15 @@ def test_exception_names_the_task_then_cluster_refuses_until_restarted():
     assert text.startswith(
         "local_cluster: worker 1 raised ValueError: broken on purpose. The cluster was torn down."
     )
-    assert 'raise ValueError(message)' in text and "in raise_on_worker_1" in text
+    assert "raise ValueError(message)" in text and "in raise_on_worker_1" in text
     assert "about to fail" in error.output_tail
     assert isinstance(error.__cause__, ValueError) and str(error.__cause__) == "broken on purpose"
     assert elapsed < 3.0, elapsed
     assert_no_leaks(pids)
 
-    with pytest.raises(ClusterError, match=r"torn down after a fault \(local_cluster: worker 1 raised"):
+    with pytest.raises(
+        ClusterError, match=r"torn down after a fault \(local_cluster: worker 1 raised"
+    ):
         c.run(task_info, "again")
     # start() launches fresh tasks.
     c.start()
@@ -422,7 +435,9 @@ def test_task_that_exits_fails_the_call_with_every_stack():
         "The cluster was torn down.\nStill running when the call failed: worker 0."
     )
     # Worker 0 was still sleeping: its stack says where.
-    assert "Python stacks of worker 0:" in text and "in exit_on_worker_1" in error.stacks["worker 0"]
+    assert (
+        "Python stacks of worker 0:" in text and "in exit_on_worker_1" in error.stacks["worker 0"]
+    )
     assert "Python stacks of worker 1: none (exited with code 3)." in text
     assert elapsed < 5.0, elapsed
     assert_no_leaks(pids)
@@ -566,9 +581,18 @@ def _closure_maker():
 @pytest.mark.parametrize(
     "fn, message",
     [
-        (lambda: 1, r"fn is a lambda \(test_cluster:.*<lambda>\); a worker process cannot import a lambda by name"),
-        (_closure_maker(), r"fn test_cluster:_closure_maker.<locals>.nested is defined inside another function"),
-        (_Stepper().step, r"fn <bound method _Stepper.step .*> \(method\) is not reachable as test_cluster:_Stepper.step"),
+        (
+            lambda: 1,
+            r"fn is a lambda \(test_cluster:.*<lambda>\); a worker process cannot import a lambda by name",
+        ),
+        (
+            _closure_maker(),
+            r"fn test_cluster:_closure_maker.<locals>.nested is defined inside another function",
+        ),
+        (
+            _Stepper().step,
+            r"fn <bound method _Stepper.step .*> \(method\) is not reachable as test_cluster:_Stepper.step",
+        ),
         (functools.partial(task_info, "x"), r"fn .* \(partial\) has no __module__/__qualname__"),
     ],
 )
@@ -584,7 +608,9 @@ def test_fn_from_an_unimportable_main_is_refused(monkeypatch):
     fake_main = types.ModuleType("__main__")  # As in `python -c` or a REPL: no file.
     exec("def step():\n    return 1\n", fake_main.__dict__)
     monkeypatch.setitem(sys.modules, "__main__", fake_main)
-    with pytest.raises(ValueError, match=r"fn step is defined in __main__ \(an interactive session"):
+    with pytest.raises(
+        ValueError, match=r"fn step is defined in __main__ \(an interactive session"
+    ):
         local_cluster(2).run(fake_main.step)
 
 
@@ -594,21 +620,51 @@ def test_unpicklable_args_are_refused():
 
 
 def test_run_before_start_is_refused():
-    with pytest.raises(ClusterError, match=r"not running: use `with local_cluster\(...\) as cluster:`"):
+    with pytest.raises(
+        ClusterError, match=r"not running: use `with local_cluster\(...\) as cluster:`"
+    ):
         local_cluster(2).run(task_info, "x")
 
 
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        ({"num_workers": 0}, ValueError, r"num_workers must be a positive int \(>= 1\); got 0 \(int\)"),
+        (
+            {"num_workers": 0},
+            ValueError,
+            r"num_workers must be a positive int \(>= 1\); got 0 \(int\)",
+        ),
         ({"num_workers": "2"}, TypeError, r"num_workers must be a positive int; got '2' \(str\)"),
-        ({"num_workers": True}, TypeError, r"num_workers must be a positive int; got True \(bool\)"),
-        ({"devices_per_worker": 0}, ValueError, r"devices_per_worker must be a positive int \(>= 1\); got 0"),
-        ({"devices_per_worker": 1.5}, TypeError, r"devices_per_worker must be a positive int; got 1.5"),
-        ({"timeout": 0}, ValueError, r"timeout must be a finite number of seconds > 0; got 0 \(int\)"),
-        ({"timeout": -3.0}, ValueError, r"timeout must be a finite number of seconds > 0; got -3.0"),
-        ({"timeout": float("nan")}, ValueError, r"timeout must be a finite number of seconds > 0; got nan"),
+        (
+            {"num_workers": True},
+            TypeError,
+            r"num_workers must be a positive int; got True \(bool\)",
+        ),
+        (
+            {"devices_per_worker": 0},
+            ValueError,
+            r"devices_per_worker must be a positive int \(>= 1\); got 0",
+        ),
+        (
+            {"devices_per_worker": 1.5},
+            TypeError,
+            r"devices_per_worker must be a positive int; got 1.5",
+        ),
+        (
+            {"timeout": 0},
+            ValueError,
+            r"timeout must be a finite number of seconds > 0; got 0 \(int\)",
+        ),
+        (
+            {"timeout": -3.0},
+            ValueError,
+            r"timeout must be a finite number of seconds > 0; got -3.0",
+        ),
+        (
+            {"timeout": float("nan")},
+            ValueError,
+            r"timeout must be a finite number of seconds > 0; got nan",
+        ),
         ({"timeout": "10"}, TypeError, r"timeout must be a number of seconds; got '10' \(str\)"),
         ({"start_timeout": 0}, ValueError, r"start_timeout must be a finite number of seconds > 0"),
         ({"has_chief": 1}, TypeError, r"has_chief must be True or False; got 1 \(int\)"),
@@ -622,12 +678,25 @@ def test_bad_arguments_name_the_argument_and_value(kwargs, error, message):
 
 
 def test_tf_config_in_env_is_checked_then_refused():
-    with pytest.raises(ValueError, match=r"TF_CONFIG is not valid JSON: Expecting ',' delimiter at line 1 column 27 \(char 26\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"TF_CONFIG is not valid JSON: Expecting ',' delimiter at line 1 column 27 \(char 26\)",
+    ):
         local_cluster(env={"TF_CONFIG": '{"cluster": {"worker": [] "task": {}}'})
     with pytest.raises(ValueError, match=r"TF_CONFIG\['task'\]\['index'\] must be an int in 0..0"):
-        local_cluster(env={"TF_CONFIG": '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 1}}'})
-    with pytest.raises(ValueError, match=r"env\['TF_CONFIG'\] is set, but local_cluster writes TF_CONFIG"):
-        local_cluster(env={"TF_CONFIG": '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}'})
+        local_cluster(
+            env={
+                "TF_CONFIG": '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 1}}'
+            }
+        )
+    with pytest.raises(
+        ValueError, match=r"env\['TF_CONFIG'\] is set, but local_cluster writes TF_CONFIG"
+    ):
+        local_cluster(
+            env={
+                "TF_CONFIG": '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}'
+            }
+        )
 
 
 def test_current_task_and_worker_strategy_refuse_outside_a_worker():
@@ -656,27 +725,68 @@ def test_parse_tf_config_reads_a_full_config():
 
 
 def test_parse_tf_config_accepts_an_evaluator_outside_the_cluster():
-    config = parse_tf_config('{"cluster": {"worker": ["h:1"]}, "task": {"type": "evaluator", "index": 0}}')
+    config = parse_tf_config(
+        '{"cluster": {"worker": ["h:1"]}, "task": {"type": "evaluator", "index": 0}}'
+    )
     assert (config.task_type, config.task_id) == ("evaluator", 0)
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("{", r"TF_CONFIG is not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2 \(char 1\)"),
+        (
+            "{",
+            r"TF_CONFIG is not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2 \(char 1\)",
+        ),
         ("[]", r"TF_CONFIG must be a JSON object; got \[\] \(list\)"),
-        ('{"clusters": {}}', r"TF_CONFIG\['clusters'\] is not a TF_CONFIG key; the keys are cluster, task, rpc_layer"),
-        ('{"cluster": ["h:1"]}', r"TF_CONFIG\['cluster'\] must be an object mapping each job name to a list"),
-        ('{"cluster": {"worker": "h:1"}}', r"TF_CONFIG\['cluster'\]\['worker'\] must be a non-empty list of 'host:port' strings; got 'h:1'"),
-        ('{"cluster": {"worker": ["h:1", "h"]}}', r"TF_CONFIG\['cluster'\]\['worker'\]\[1\] must be a 'host:port' string with a port in 0..65535; got 'h' \(str\)"),
-        ('{"cluster": {"worker": ["h:99999"]}}', r"TF_CONFIG\['cluster'\]\['worker'\]\[0\] must be a 'host:port' string"),
-        ('{"cluster": {"worker": ["h:1"]}, "task": "worker"}', r"TF_CONFIG\['task'\] must be an object"),
-        ('{"cluster": {"worker": ["h:1"]}, "task": {"index": 0}}', r"TF_CONFIG\['task'\]\['type'\] is missing"),
-        ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "chief", "index": 0}}', r"TF_CONFIG\['task'\]\['type'\] must name a job of TF_CONFIG\['cluster'\] \(jobs: 'worker'\); got 'chief' \(str\)"),
-        ('{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 2}}', r"TF_CONFIG\['task'\]\['index'\] must be an int in 0..1 \(job 'worker' has 2 task\(s\)\); got 2 \(int\)"),
-        ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": "0"}}', r"TF_CONFIG\['task'\]\['index'\] must be an int in 0..0 .*got '0' \(str\)"),
-        ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0, "id": 0}}', r"TF_CONFIG\['task'\]\['id'\] is not a task key"),
-        ('{"cluster": {"worker": ["h:1"]}, "rpc_layer": 1}', r"TF_CONFIG\['rpc_layer'\] must be a string; got 1 \(int\)"),
+        (
+            '{"clusters": {}}',
+            r"TF_CONFIG\['clusters'\] is not a TF_CONFIG key; the keys are cluster, task, rpc_layer",
+        ),
+        (
+            '{"cluster": ["h:1"]}',
+            r"TF_CONFIG\['cluster'\] must be an object mapping each job name to a list",
+        ),
+        (
+            '{"cluster": {"worker": "h:1"}}',
+            r"TF_CONFIG\['cluster'\]\['worker'\] must be a non-empty list of 'host:port' strings; got 'h:1'",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1", "h"]}}',
+            r"TF_CONFIG\['cluster'\]\['worker'\]\[1\] must be a 'host:port' string with a port in 0..65535; got 'h' \(str\)",
+        ),
+        (
+            '{"cluster": {"worker": ["h:99999"]}}',
+            r"TF_CONFIG\['cluster'\]\['worker'\]\[0\] must be a 'host:port' string",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1"]}, "task": "worker"}',
+            r"TF_CONFIG\['task'\] must be an object",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1"]}, "task": {"index": 0}}',
+            r"TF_CONFIG\['task'\]\['type'\] is missing",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1"]}, "task": {"type": "chief", "index": 0}}',
+            r"TF_CONFIG\['task'\]\['type'\] must name a job of TF_CONFIG\['cluster'\] \(jobs: 'worker'\); got 'chief' \(str\)",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 2}}',
+            r"TF_CONFIG\['task'\]\['index'\] must be an int in 0..1 \(job 'worker' has 2 task\(s\)\); got 2 \(int\)",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": "0"}}',
+            r"TF_CONFIG\['task'\]\['index'\] must be an int in 0..0 .*got '0' \(str\)",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0, "id": 0}}',
+            r"TF_CONFIG\['task'\]\['id'\] is not a task key",
+        ),
+        (
+            '{"cluster": {"worker": ["h:1"]}, "rpc_layer": 1}',
+            r"TF_CONFIG\['rpc_layer'\] must be a string; got 1 \(int\)",
+        ),
     ],
 )
 def test_parse_tf_config_names_the_wrong_key(text, message):
@@ -700,4 +810,3 @@ def test_port_picker_never_hands_out_a_port_twice():
     for port in ports[:5]:  # Free when handed out: binding works.
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
-

@@ -38,3 +38,28 @@ def test_collective_strategy_can_be_built_after_import(run_python):
         """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-2:] == ["1", "3.0"]
+
+
+def test_import_and_the_pytest_plugin_import_no_tensorflow(run_python):
+    # pytest imports the plugin through its entry point in every run.
+    result = run_python("""
+        import sys
+        import compat_distribute, compat_distribute.testing
+        import compat_distribute.testing.pytest_plugin
+        assert "tensorflow" not in sys.modules, "tensorflow imported"
+        print(sorted(compat_distribute.__all__))
+        print(compat_distribute.TPUStrategy.__module__, "tensorflow" in sys.modules)
+        print(compat_distribute.testing.FakeTPUClusterResolver.__name__)
+        try:
+            compat_distribute.NoSuchName
+        except AttributeError as e:
+            print(e)
+        """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "['CollectiveCommunication', 'MultiWorkerMirroredStrategy', 'TPUStrategy', 'install', "
+        "'installed', 'is_installed', 'uninstall']",
+        "compat_distribute.tpu True",
+        "FakeTPUClusterResolver",
+        "module 'compat_distribute' has no attribute 'NoSuchName'",
+    ]

@@ -60,7 +60,9 @@ def _error_info(e):
 
 def _call(module, qualname, payload):
     args, kwargs = pickle.loads(payload)
-    fn = cluster._resolve(importlib.import_module(module), qualname)  # pylint: disable=protected-access
+    fn = cluster._resolve(
+        importlib.import_module(module), qualname
+    )  # pylint: disable=protected-access
     result = fn(*args, **kwargs)
     try:
         return pickle.dumps(result)
@@ -68,7 +70,8 @@ def _call(module, qualname, payload):
         raise TypeError(
             f"the result of {module}:{qualname} does not pickle, so it cannot "
             f"reach the caller: {type(e).__name__}: {e}. Return plain Python or "
-            f"NumPy values (call .numpy() on tensors).") from e
+            f"NumPy values (call .numpy() on tensors)."
+        ) from e
 
 
 def main(argv=None, conn=None):
@@ -90,7 +93,9 @@ def main(argv=None, conn=None):
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
 
     try:
-        cluster._WORKER_TF_CONFIG = cluster.parse_tf_config(os.environ["TF_CONFIG"])  # pylint: disable=protected-access
+        cluster._WORKER_TF_CONFIG = cluster.parse_tf_config(
+            os.environ["TF_CONFIG"]
+        )  # pylint: disable=protected-access
         _set_up_devices(flags.devices)
     except BaseException:  # pylint: disable=broad-except
         conn.send(("startup_error", traceback.format_exc()))

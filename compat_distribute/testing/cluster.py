@@ -93,9 +93,14 @@ def _show(value):
 
 
 _TF_CONFIG_KEYS = (
-    "cluster", "task", "rpc_layer", "environment",
+    "cluster",
+    "task",
+    "rpc_layer",
+    "environment",
     # Read by tf.estimator's RunConfig; harmless elsewhere.
-    "session_master", "eval_session_master", "model_dir",
+    "session_master",
+    "eval_session_master",
+    "model_dir",
 )
 
 
@@ -151,26 +156,30 @@ def parse_tf_config(text) -> TFConfig:
     if unknown:
         raise _bad_tf_config(
             f"[{unknown[0]!r}]",
-            f"is not a TF_CONFIG key; the keys are {', '.join(_TF_CONFIG_KEYS)}.")
+            f"is not a TF_CONFIG key; the keys are {', '.join(_TF_CONFIG_KEYS)}.",
+        )
 
     raw_cluster = config.get("cluster", {})
     if not isinstance(raw_cluster, dict):
         raise _bad_tf_config(
             "['cluster']",
             f"must be an object mapping each job name to a list of 'host:port' "
-            f"strings; got {_show(raw_cluster)}.")
+            f"strings; got {_show(raw_cluster)}.",
+        )
     cluster = {}
     for job, addrs in raw_cluster.items():
         where = f"['cluster'][{job!r}]"
         if not isinstance(addrs, list) or not addrs:
             raise _bad_tf_config(
-                where, f"must be a non-empty list of 'host:port' strings; got {_show(addrs)}.")
+                where, f"must be a non-empty list of 'host:port' strings; got {_show(addrs)}."
+            )
         for i, addr in enumerate(addrs):
             host, sep, port = addr.rpartition(":") if isinstance(addr, str) else ("", "", "")
             if not (host and sep and port.isdigit() and int(port) <= 65535):
                 raise _bad_tf_config(
                     f"{where}[{i}]",
-                    f"must be a 'host:port' string with a port in 0..65535; got {_show(addr)}.")
+                    f"must be a 'host:port' string with a port in 0..65535; got {_show(addr)}.",
+                )
         cluster[job] = tuple(addrs)
 
     task_type = task_id = None
@@ -178,34 +187,37 @@ def parse_tf_config(text) -> TFConfig:
         task = config["task"]
         if not isinstance(task, dict):
             raise _bad_tf_config(
-                "['task']", f"must be an object {{'type': job, 'index': int}}; got {_show(task)}.")
+                "['task']", f"must be an object {{'type': job, 'index': int}}; got {_show(task)}."
+            )
         if "type" not in task:
             raise _bad_tf_config("['task']['type']", f"is missing; got task {task!r}.")
         task_type = task["type"]
         jobs = ", ".join(repr(j) for j in cluster) or "none"
         if not isinstance(task_type, str) or (
-            task_type not in cluster and task_type != "evaluator"):
+            task_type not in cluster and task_type != "evaluator"
+        ):
             raise _bad_tf_config(
                 "['task']['type']",
-                f"must name a job of TF_CONFIG['cluster'] (jobs: {jobs}); got {_show(task_type)}.")
+                f"must name a job of TF_CONFIG['cluster'] (jobs: {jobs}); got {_show(task_type)}.",
+            )
         task_id = task.get("index", 0)
         size = len(cluster.get(task_type, ("evaluator",)))
-        if (isinstance(task_id, bool) or not isinstance(task_id, int)
-            or not 0 <= task_id < size):
+        if isinstance(task_id, bool) or not isinstance(task_id, int) or not 0 <= task_id < size:
             raise _bad_tf_config(
                 "['task']['index']",
                 f"must be an int in 0..{size - 1} (job {task_type!r} has {size} "
-                f"task(s)); got {_show(task_id)}.")
+                f"task(s)); got {_show(task_id)}.",
+            )
         unknown = sorted(set(task) - {"type", "index"})
         if unknown:
             raise _bad_tf_config(
-                f"['task'][{unknown[0]!r}]", "is not a task key; the keys are 'type' and 'index'.")
+                f"['task'][{unknown[0]!r}]", "is not a task key; the keys are 'type' and 'index'."
+            )
 
     for key in ("rpc_layer", "environment"):
         if key in config and not isinstance(config[key], str):
             raise _bad_tf_config(f"[{key!r}]", f"must be a string; got {_show(config[key])}.")
-    return TFConfig(cluster, task_type, task_id, config.get("rpc_layer"),
-                    config.get("environment"))
+    return TFConfig(cluster, task_type, task_id, config.get("rpc_layer"), config.get("environment"))
 
 
 # --------------------------------------------------------------------------
@@ -229,8 +241,17 @@ class ClusterTaskError(ClusterError):
             tasks that were still alive then.
     """
 
-    def __init__(self, message, *, task_type, task_id, exitcode=None,
-                 remote_traceback="", output_tail="", stacks=None):
+    def __init__(
+        self,
+        message,
+        *,
+        task_type,
+        task_id,
+        exitcode=None,
+        remote_traceback="",
+        output_tail="",
+        stacks=None,
+    ):
         super().__init__(message)
         self.task_type = task_type
         self.task_id = task_id
@@ -280,8 +301,9 @@ class PortPicker:
                 if port not in self._handed_out:
                     self._handed_out.add(port)
                     return port
-        raise ClusterError("could not find a free 127.0.0.1 port that was not "
-                           "already handed out in 100 tries.")
+        raise ClusterError(
+            "could not find a free 127.0.0.1 port that was not " "already handed out in 100 tries."
+        )
 
 
 _PORTS = PortPicker()
@@ -308,21 +330,26 @@ def _function_reference(fn):
         raise TypeError(f"fn must be a module-level function; got {_show(fn)}.")
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None)
-    fix = (" Define fn with `def` at the top level of an importable module "
-           "(a test module is fine) and pass any values it needs as args.")
+    fix = (
+        " Define fn with `def` at the top level of an importable module "
+        "(a test module is fine) and pass any values it needs as args."
+    )
     if not isinstance(module, str) or not isinstance(qualname, str):
         raise TypeError(
             f"fn must be a module-level function, found in a worker by "
-            f"module:qualname; {_show(fn)} has no __module__/__qualname__.{fix}")
+            f"module:qualname; {_show(fn)} has no __module__/__qualname__.{fix}"
+        )
     if "<lambda>" in qualname:
         raise ValueError(
             f"fn is a lambda ({module}:{qualname}); a worker process cannot "
-            f"import a lambda by name.{fix}")
+            f"import a lambda by name.{fix}"
+        )
     if "<locals>" in qualname:
         raise ValueError(
             f"fn {module}:{qualname} is defined inside another function (a "
             f"closure or nested function); a worker process cannot import it by "
-            f"name.{fix}")
+            f"name.{fix}"
+        )
     if module == "__main__":
         main = sys.modules["__main__"]
         spec = getattr(main, "__spec__", None)
@@ -330,7 +357,8 @@ def _function_reference(fn):
         if spec is not None and spec.name not in ("__main__", None):
             module = spec.name  # started with `python -m package.module`
         elif path and os.path.dirname(os.path.abspath(path)) in (
-            os.path.abspath(p or os.curdir) for p in sys.path):
+            os.path.abspath(p or os.curdir) for p in sys.path
+        ):
             # A script whose directory is on sys.path: workers import it by its
             # file name (top-level code must sit under `if __name__ == "__main__"`).
             module = os.path.splitext(os.path.basename(path))[0]
@@ -338,7 +366,8 @@ def _function_reference(fn):
             raise ValueError(
                 f"fn {qualname} is defined in __main__ (an interactive session, "
                 f"`python -c`, or a script that is not on sys.path), which a worker "
-                f"process cannot import.{fix}")
+                f"process cannot import.{fix}"
+            )
         found = _resolve_or_none(main, qualname)
     else:
         mod = sys.modules.get(module)
@@ -346,7 +375,8 @@ def _function_reference(fn):
     if found is not fn:
         raise ValueError(
             f"fn {_show(fn)} is not reachable as {module}:{qualname} (was the "
-            f"name rebound, or is it a method or a functools.partial?).{fix}")
+            f"name rebound, or is it a method or a functools.partial?).{fix}"
+        )
     return module, qualname
 
 
@@ -380,7 +410,8 @@ def current_task() -> tuple[str, int]:
     if _WORKER_TF_CONFIG is None:
         raise RuntimeError(
             "current_task() is for functions run by LocalCluster.run inside a "
-            "worker process; this process is not a local_cluster task.")
+            "worker process; this process is not a local_cluster task."
+        )
     return _WORKER_TF_CONFIG.task_type, _WORKER_TF_CONFIG.task_id
 
 
@@ -400,7 +431,9 @@ def worker_strategy(factory=None):
     """
     current_task()  # Raises outside a worker.
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tensorflow.python.distribute import collective_all_reduce_strategy as cas  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute import (
+        collective_all_reduce_strategy as cas,
+    )  # pylint: disable=g-import-not-at-top
 
     if factory is None:
         factory = tf.distribute.MultiWorkerMirroredStrategy
@@ -410,8 +443,12 @@ def worker_strategy(factory=None):
         # the first one's keys ("Collective instance 101 expected type 0 ...
         # but got type 1"). Give each strategy of this process its own range.
         base = _COLLECTIVE_KEY_RANGE * len(_WORKER_STRATEGIES)
-        cas.CollectiveAllReduceStrategy._collective_key_base = base  # pylint: disable=protected-access
-        cas.CollectiveAllReduceStrategyV1._collective_key_base = base  # pylint: disable=protected-access
+        cas.CollectiveAllReduceStrategy._collective_key_base = (
+            base  # pylint: disable=protected-access
+        )
+        cas.CollectiveAllReduceStrategyV1._collective_key_base = (
+            base  # pylint: disable=protected-access
+        )
         _WORKER_STRATEGIES[factory] = factory()
     return _WORKER_STRATEGIES[factory]
 
@@ -461,8 +498,8 @@ class _Task:
     process: subprocess.Popen
     conn: mp_connection.Connection
     log_path: str
-    alive: bool = False   # said hello: its SIGUSR1 stack dump is registered
-    ready: bool = False   # imported TF and configured devices
+    alive: bool = False  # said hello: its SIGUSR1 stack dump is registered
+    ready: bool = False  # imported TF and configured devices
 
     @property
     def name(self):
@@ -494,8 +531,16 @@ class LocalCluster:
     fresh tasks (with new ports).
     """
 
-    def __init__(self, num_workers=2, *, has_chief=False, devices_per_worker=1,
-                 timeout=120, env=None, start_timeout=None):
+    def __init__(
+        self,
+        num_workers=2,
+        *,
+        has_chief=False,
+        devices_per_worker=1,
+        timeout=120,
+        env=None,
+        start_timeout=None,
+    ):
         self._num_workers = _positive_int("num_workers", num_workers)
         if not isinstance(has_chief, bool):
             raise TypeError(f"has_chief must be True or False; got {_show(has_chief)}.")
@@ -503,8 +548,10 @@ class LocalCluster:
         self._devices_per_worker = _positive_int("devices_per_worker", devices_per_worker)
         self._timeout = _positive_seconds("timeout", timeout)
         self._start_timeout = (
-            max(self._timeout, 60.0) if start_timeout is None
-            else _positive_seconds("start_timeout", start_timeout))
+            max(self._timeout, 60.0)
+            if start_timeout is None
+            else _positive_seconds("start_timeout", start_timeout)
+        )
         self._env = _check_env(env)
         self._tasks: list[_Task] = []
         self._cluster_spec: dict[str, tuple[str, ...]] = {}
@@ -538,8 +585,10 @@ class LocalCluster:
         for t in self._tasks:
             if (t.task_type, t.task_id) == (task_type, task_id):
                 return t.output()
-        raise ValueError(f"no running task {task_type} {task_id}; tasks: "
-                         f"{', '.join(self.task_names) if self._tasks else 'none (not running)'}.")
+        raise ValueError(
+            f"no running task {task_type} {task_id}; tasks: "
+            f"{', '.join(self.task_names) if self._tasks else 'none (not running)'}."
+        )
 
     def start(self):
         """Launches every task and waits until each has imported TensorFlow."""
@@ -578,23 +627,28 @@ class LocalCluster:
         except Exception as e:  # pickle raises several types.
             raise TypeError(
                 f"args and kwargs for {module}:{qualname} must pickle, to reach the "
-                f"worker processes; pickling failed: {type(e).__name__}: {e}") from e
+                f"worker processes; pickling failed: {type(e).__name__}: {e}"
+            ) from e
         if not self._tasks:
             if self._failure is not None:
                 raise ClusterError(
                     f"this local_cluster was torn down after a fault ({self._failure}); "
-                    f"call start() to launch fresh tasks, or create a new cluster.")
+                    f"call start() to launch fresh tasks, or create a new cluster."
+                )
             raise ClusterError(
                 "this local_cluster is not running: use `with local_cluster(...) as "
-                "cluster:` or call cluster.start() before run().")
+                "cluster:` or call cluster.start() before run()."
+            )
         for attempt in range(_PORT_CLASH_RETRIES + 1):
             try:
                 return self._call(module, qualname, payload)
             except _PortClash as clash:
                 if attempt == _PORT_CLASH_RETRIES:
                     error = clash.args[0]
-                    error.args = (f"{error.args[0]}\nTensorFlow could not bind a port in "
-                                  f"{attempt + 1} launches with fresh ports.",)
+                    error.args = (
+                        f"{error.args[0]}\nTensorFlow could not bind a port in "
+                        f"{attempt + 1} launches with fresh ports.",
+                    )
                     self._failure = str(error).splitlines()[0]
                     raise error from None
                 self._launch()
@@ -607,8 +661,17 @@ class LocalCluster:
 
     def _task_command(self, task_type, task_id, fd):
         del task_type, task_id
-        return [sys.executable, "-c", _BOOTSTRAP, "--fd", str(fd),
-                "--devices", str(self._devices_per_worker), "--parent-pid", str(os.getpid())]
+        return [
+            sys.executable,
+            "-c",
+            _BOOTSTRAP,
+            "--fd",
+            str(fd),
+            "--devices",
+            str(self._devices_per_worker),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
 
     # -- Start-up ------------------------------------------------------------
 
@@ -653,11 +716,15 @@ class LocalCluster:
             with open(log_path, "wb") as log:
                 process = subprocess.Popen(
                     self._task_command(task_type, task_id, child_end.fileno()),
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=env, pass_fds=(child_end.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    pass_fds=(child_end.fileno(),),
                     # Own process group: killpg reaches anything the task spawns, and
                     # a Ctrl-C in the terminal reaches only this process.
-                    start_new_session=True)
+                    start_new_session=True,
+                )
         finally:
             child_end.close()
         conn = mp_connection.Connection(parent_end.detach())
@@ -676,7 +743,9 @@ class LocalCluster:
                     f"{self._start_timeout:g} s (start_timeout); the other tasks would "
                     f"wait for them forever, so the cluster was torn down."
                     f"{self._format_stacks(stacks, self._tasks, start=True)}",
-                    pending=[t.name for t in waiting], stacks=stacks)
+                    pending=[t.name for t in waiting],
+                    stacks=stacks,
+                )
             for conn in mp_connection.wait([t.conn for t in waiting], remaining):
                 task = next(t for t in waiting if t.conn is conn)
                 try:
@@ -687,18 +756,23 @@ class LocalCluster:
                         f"local_cluster: {task.name} {_exit_reason(code)} during "
                         f"start-up, before it was ready.\n"
                         f"Output of {task.name} (last lines):\n{_indent(_tail(task.output()))}",
-                        task_type=task.task_type, task_id=task.task_id, exitcode=code,
-                        output_tail=_tail(task.output())) from None
+                        task_type=task.task_type,
+                        task_id=task.task_id,
+                        exitcode=code,
+                        output_tail=_tail(task.output()),
+                    ) from None
                 if kind == "alive":
                     task.alive = True
                 elif kind == "ready":
                     task.ready = True
                 elif kind == "startup_error":
                     raise ClusterTaskError(
-                        f"local_cluster: {task.name} failed during start-up:\n"
-                        f"{_indent(info)}",
-                        task_type=task.task_type, task_id=task.task_id,
-                        remote_traceback=info, output_tail=_tail(task.output()))
+                        f"local_cluster: {task.name} failed during start-up:\n" f"{_indent(info)}",
+                        task_type=task.task_type,
+                        task_id=task.task_id,
+                        remote_traceback=info,
+                        output_tail=_tail(task.output()),
+                    )
 
     # -- Calls ---------------------------------------------------------------
 
@@ -743,10 +817,22 @@ class LocalCluster:
                     try:
                         results[task.name] = pickle.loads(body)
                     except Exception as e:  # pylint: disable=broad-except
-                        failures.append((task, ("raised", {
-                            "type": type(e).__name__, "message": str(e), "exception": None,
-                            "traceback": f"unpickling the result of {task.name} here failed: "
-                                         f"{type(e).__name__}: {e}\n"}), time.monotonic()))
+                        failures.append(
+                            (
+                                task,
+                                (
+                                    "raised",
+                                    {
+                                        "type": type(e).__name__,
+                                        "message": str(e),
+                                        "exception": None,
+                                        "traceback": f"unpickling the result of {task.name} here failed: "
+                                        f"{type(e).__name__}: {e}\n",
+                                    },
+                                ),
+                                time.monotonic(),
+                            )
+                        )
                 else:
                     body["exception"] = _loads_or_none(body["exception"])
                     failures.append((task, ("raised", body), time.monotonic()))
@@ -761,7 +847,14 @@ class LocalCluster:
         stacks = self._dump_stacks()
         self._teardown(graceful=False)
         error = self._error(call, tasks, failures, pending, stacks, outputs)
-        if any(m in text for text in outputs.values() for m in _PORT_CLASH_MARKERS):
+        # The bind failure shows in TF's log, or (when TF_CPP_MIN_LOG_LEVEL hides
+        # the log) only in the exception the task raised.
+        texts = list(outputs.values()) + [
+            f"{info.get('message', '')}\n{info.get('traceback', '')}"
+            for _, (how, info) in failures
+            if how == "raised"
+        ]
+        if any(m in text for text in texts for m in _PORT_CLASH_MARKERS):
             raise _PortClash(error)
         self._failure = str(error).splitlines()[0]
         if failures and failures[0][1][0] == "raised":
@@ -776,7 +869,9 @@ class LocalCluster:
                 f"(timeout); still running: {names}. The cluster was torn down."
                 f"{self._format_outputs(outputs, pending)}"
                 f"{self._format_stacks(stacks, tasks)}",
-                pending=[t.name for t in pending], stacks=stacks)
+                pending=[t.name for t in pending],
+                stacks=stacks,
+            )
         task, (how, info) = failures[0]
         if how == "died":
             headline = f"{task.name} {_exit_reason(info)} during run({call})"
@@ -788,23 +883,31 @@ class LocalCluster:
             detail = f"\nTraceback in {task.name}:\n{_indent(remote_tb)}"
         others = "".join(
             f"\n{t.name} also {_exit_reason(i) if h == 'died' else 'raised ' + i['type'] + ': ' + i['message']}."
-            for t, (h, i) in failures[1:])
+            for t, (h, i) in failures[1:]
+        )
         if pending:
-            others += (f"\nStill running when the call failed: "
-                       f"{', '.join(t.name for t in pending)}.")
+            others += (
+                f"\nStill running when the call failed: " f"{', '.join(t.name for t in pending)}."
+            )
         return ClusterTaskError(
             f"local_cluster: {headline}. The cluster was torn down.{others}{detail}"
             f"{self._format_outputs(outputs, [task] + pending)}"
             f"{self._format_stacks(stacks, tasks) if how == 'died' or pending else ''}",
-            task_type=task.task_type, task_id=task.task_id, exitcode=exitcode,
-            remote_traceback=remote_tb, output_tail=_tail(outputs[task.name]),
-            stacks=stacks)
+            task_type=task.task_type,
+            task_id=task.task_id,
+            exitcode=exitcode,
+            remote_traceback=remote_tb,
+            output_tail=_tail(outputs[task.name]),
+            stacks=stacks,
+        )
 
     @staticmethod
     def _format_outputs(outputs, tasks):
         return "".join(
             f"\nOutput of {t.name} during the call (last lines):\n"
-            f"{_indent(_tail(outputs[t.name]))}" for t in tasks)
+            f"{_indent(_tail(outputs[t.name]))}"
+            for t in tasks
+        )
 
     @staticmethod
     def _format_stacks(stacks, tasks, start=False):
@@ -840,8 +943,11 @@ class LocalCluster:
             if all(now[n] > starts[n] for n in now) and now == sizes:
                 break
             sizes = now
-        return {t.name: _drop_watchdog(t.output(starts[t.name])) or
-                        "(no dump: it did not answer SIGUSR1)" for t in live}
+        return {
+            t.name: _drop_watchdog(t.output(starts[t.name]))
+            or "(no dump: it did not answer SIGUSR1)"
+            for t in live
+        }
 
     def _reap_code(self, task):
         try:
@@ -878,8 +984,10 @@ class LocalCluster:
             try:
                 t.process.wait(timeout=10)
             except subprocess.TimeoutExpired:  # Unkillable (D state): say so.
-                print(f"local_cluster: {t.name} (pid {t.process.pid}) did not die "
-                      f"after SIGKILL.", file=sys.stderr)
+                print(
+                    f"local_cluster: {t.name} (pid {t.process.pid}) did not die " f"after SIGKILL.",
+                    file=sys.stderr,
+                )
             t.conn.close()
         if self._log_dir is not None and not self._tasks:
             for name in os.listdir(self._log_dir):
@@ -889,8 +997,15 @@ class LocalCluster:
         _LIVE_CLUSTERS.discard(self)
 
 
-def local_cluster(num_workers=2, *, has_chief=False, devices_per_worker=1,
-                  timeout=120, env=None, start_timeout=None) -> LocalCluster:
+def local_cluster(
+    num_workers=2,
+    *,
+    has_chief=False,
+    devices_per_worker=1,
+    timeout=120,
+    env=None,
+    start_timeout=None,
+) -> LocalCluster:
     """A cluster of local processes that runs a function in every task.
 
     Args:
@@ -908,9 +1023,14 @@ def local_cluster(num_workers=2, *, has_chief=False, devices_per_worker=1,
         A `LocalCluster`, not started: use it in a `with` statement, or call
         `start()`/`stop()`.
     """
-    return LocalCluster(num_workers, has_chief=has_chief,
-                        devices_per_worker=devices_per_worker, timeout=timeout,
-                        env=env, start_timeout=start_timeout)
+    return LocalCluster(
+        num_workers,
+        has_chief=has_chief,
+        devices_per_worker=devices_per_worker,
+        timeout=timeout,
+        env=env,
+        start_timeout=start_timeout,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -931,7 +1051,8 @@ def _positive_seconds(name, value):
     if not value > 0 or value != value or value == float("inf"):
         raise ValueError(
             f"{name} must be a finite number of seconds > 0; got {_show(value)}. "
-            f"Every call needs a bound so that a hung task cannot hang the caller.")
+            f"Every call needs a bound so that a hung task cannot hang the caller."
+        )
     return float(value)
 
 
@@ -944,7 +1065,8 @@ def _check_env(env):
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(
                 f"env must map str -> str; env[{key!r}] = {_show(value)}. Convert "
-                f"values with str().")
+                f"values with str()."
+            )
     if "TF_CONFIG" in env:
         # Say what is wrong with it first, if anything: a malformed TF_CONFIG
         # usually means the caller meant to configure the cluster through it.
@@ -952,5 +1074,6 @@ def _check_env(env):
         raise ValueError(
             "env['TF_CONFIG'] is set, but local_cluster writes TF_CONFIG for each "
             "task itself (127.0.0.1 ports it picks). Remove it from env and use "
-            "num_workers= and has_chief= to shape the cluster.")
+            "num_workers= and has_chief= to shape the cluster."
+        )
     return dict(env)
