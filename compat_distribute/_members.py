@@ -69,8 +69,27 @@ class Member:
 
 
 def _reduce(self, reduce_op, value, axis=None):
-    """V1 `reduce`: `axis` defaults to None (TF2 makes it required)."""
-    return distribute_lib.StrategyBase.reduce(self, reduce_op, value, axis)
+    """V1 `reduce`: `axis` defaults to None (TF2 makes it required).
+
+    Nested values are reduced leaf by leaf, and `axis` is ignored for scalars:
+    TF2's multi-worker reduce takes one value at a time and rejects an axis on
+    a scalar, and Keras 3's fit() relies on both under MultiWorkerMirroredStrategy.
+    """
+    from tensorflow.python.util import nest  # pylint: disable=g-import-not-at-top
+
+    def reduce_one(leaf):
+        leaf_axis = None if _rank(leaf) == 0 else axis
+        return distribute_lib.StrategyBase.reduce(self, reduce_op, leaf, leaf_axis)
+
+    return nest.map_structure(reduce_one, value)
+
+
+def _rank(value):
+    values = getattr(value, "values", None)  # PerReplica / Mirrored
+    if isinstance(values, tuple) and values:
+        value = values[0]
+    shape = getattr(value, "shape", None)
+    return getattr(shape, "rank", None) if shape is not None else None
 
 
 def _experimental_run(self, fn, input_iterator=None):

@@ -1,0 +1,61 @@
+"""Where each worker of a strategy writes its checkpoints.
+
+Under `MultiWorkerMirroredStrategy` every worker must call `save` (saving may
+run collectives), but only the chief's files are the checkpoint: if all
+workers wrote to one path they would overwrite each other. As the TensorFlow
+multi-worker guide recommends, the others write to a temporary directory that
+is deleted afterwards:
+
+    with checkpoint_dir(strategy, "/ckpts/run1") as directory:
+        manager = tf.train.CheckpointManager(ckpt, directory, max_to_keep=3)
+        manager.save()
+
+On the chief, and under any single-process strategy, the directory is the
+path itself.
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+
+def is_chief(strategy):
+    """Whether this process writes the real checkpoint (TF's `should_checkpoint`)."""
+    return bool(strategy.extended.should_checkpoint)
+
+
+def _task(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None) or "worker"
+    task_id = getattr(resolver, "task_id", None) or 0
+    return task_type, task_id
+
+
+def checkpoint_dir_for(strategy, path):
+    """`path` on the chief; a new temporary directory on every other worker.
+
+    The temporary directory is outside `path`, so the real checkpoint
+    directory holds only the chief's files. Delete it when done (or use
+    `checkpoint_dir`, which does).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"path must be a directory name (str or os.PathLike); got {path!r} "
+            f"({type(path).__name__})."
+        )
+    if is_chief(strategy):
+        return os.fspath(path)
+    task_type, task_id = _task(strategy)
+    return tempfile.mkdtemp(prefix=f"compat_distribute_ckpt_{task_type}{task_id}_")
+
+
+@contextlib.contextmanager
+def checkpoint_dir(strategy, path):
+    """`checkpoint_dir_for(strategy, path)` for a block; a temporary one is deleted after."""
+    directory = checkpoint_dir_for(strategy, path)
+    try:
+        yield directory
+    finally:
+        if directory != os.fspath(path):
+            shutil.rmtree(directory, ignore_errors=True)
