@@ -186,8 +186,11 @@ def _run_smoke(args, smoke, watchdog):
         reason = f"{PROG} smoke: error: {e}"
         if args.json:
             wanted = "TPU " + args.tpu if args.tpu else "fake TPU"
-            _say(json.dumps({"ok": False, "device": wanted, "replicas": 0, "checks": [],
-                             "error": str(e)}))
+            _say(
+                json.dumps(
+                    {"ok": False, "device": wanted, "replicas": 0, "checks": [], "error": str(e)}
+                )
+            )
         _say(reason, sys.stderr)
         return 1
 

@@ -32,7 +32,9 @@ class KerasStepsWarning(UserWarning):
 
 
 def _hits_keras_multi_step_bug(strategy):
-    from tensorflow.python.distribute import mirrored_strategy  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute import (
+        mirrored_strategy,
+    )  # pylint: disable=g-import-not-at-top
 
     # CollectiveAllReduceExtended (multi-worker) and the fake TPU's extended
     # are MirroredExtended too. Keras' multi-step loop breaks with 2+ replicas,
@@ -55,9 +57,7 @@ def steps_per_execution(strategy, *, on_unsupported="warn"):
 
 def _steps_per_execution(strategy, on_unsupported, stacklevel):
     if on_unsupported not in ON_UNSUPPORTED:
-        raise ValueError(
-            f"on_unsupported must be one of {ON_UNSUPPORTED}; got {on_unsupported!r}."
-        )
+        raise ValueError(f"on_unsupported must be one of {ON_UNSUPPORTED}; got {on_unsupported!r}.")
     steps = getattr(strategy.extended, "steps_per_run", None) or 1
     if steps == 1 or not _hits_keras_multi_step_bug(strategy):
         return steps

@@ -147,7 +147,9 @@ def check_per_replica_values(target, measured):
     # The V1 name: warns, then runs as `run`.
     result = _in_function(lambda: strategy.experimental_run_v2(replica_fn))
     values = [int(v) for v in _local(strategy, result)]
-    _expect("per-replica values (10 * replica id)", values, [10 * i for i in range(target.replicas)])
+    _expect(
+        "per-replica values (10 * replica id)", values, [10 * i for i in range(target.replicas)]
+    )
     return f"experimental_run_v2 gave 10*replica_id = {_short(values)}"
 
 
@@ -299,9 +301,7 @@ def check_checkpoint(target, measured):
             restored = value.numpy()
             if restored.tobytes() != saved[name].tobytes():
                 raise CheckFailed(f"{name} differs after restore from {path}")
-        size = sum(
-            os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)
-        )
+        size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     values = sum(v.size for v in saved.values())

@@ -31,7 +31,9 @@ def make_state(strategy, seed):
             [
                 keras.Input((4,)),
                 keras.layers.Dense(8, kernel_initializer=keras.initializers.GlorotUniform(seed)),
-                keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(seed + 1)),
+                keras.layers.Dense(
+                    1, kernel_initializer=keras.initializers.GlorotUniform(seed + 1)
+                ),
             ]
         )
         optimizer = keras.optimizers.Adam(0.01)
@@ -144,7 +146,9 @@ print("not killed")
 @pytest.mark.parametrize("where", ["after_shards", "before_state_file"])
 def test_killed_save_leaves_the_last_complete_checkpoint(where, tmp_path, run_python):
     directory = str(tmp_path)
-    result = run_python(_INTERRUPTED_SAVE.replace("sys.argv[1], sys.argv[2]", f"{directory!r}, {where!r}"))
+    result = run_python(
+        _INTERRUPTED_SAVE.replace("sys.argv[1], sys.argv[2]", f"{directory!r}, {where!r}")
+    )
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
     assert "not killed" not in result.stdout
     files = sorted(os.listdir(directory))
@@ -172,7 +176,9 @@ def test_checkpoint_dir_is_the_path_without_workers(tmp_path):
     with cd_checkpoint.checkpoint_dir(strategy, str(tmp_path)) as directory:
         assert directory == str(tmp_path)
     assert tmp_path.is_dir()  # the real path is never deleted
-    with pytest.raises(TypeError, match=r"path must be a directory name \(str or os.PathLike\); got 3 \(int\)"):
+    with pytest.raises(
+        TypeError, match=r"path must be a directory name \(str or os.PathLike\); got 3 \(int\)"
+    ):
         cd_checkpoint.checkpoint_dir_for(strategy, 3)
 
 

@@ -44,7 +44,7 @@ def task_info(tag):
 
 
 def connect_to(address):
-    """"ok", or the error's type name, for a TCP connection to "host:port"."""
+    """ "ok", or the error's type name, for a TCP connection to "host:port"."""
     host, port = address.rsplit(":", 1)
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
@@ -510,7 +510,9 @@ def test_probe_says_which_tools_are_missing(monkeypatch, tmp_path):
 def test_without_a_private_network_private_fails_and_auto_warns(monkeypatch):
     # The once-per-process probe's answer, as on a machine without util-linux.
     monkeypatch.setattr(
-        cluster_lib, "_PRIVATE_NETWORK_SUPPORT", "unshare and nsenter (util-linux) not found on PATH"
+        cluster_lib,
+        "_PRIVATE_NETWORK_SUPPORT",
+        "unshare and nsenter (util-linux) not found on PATH",
     )
     before = descendants()
     private = local_cluster(2, network="private")

@@ -140,10 +140,15 @@ def test_helper_raises_when_asked():
     strategy = compat_distribute.TPUStrategy(
         fake_tpu.FakeTPUClusterResolver("v3-8"), steps_per_run=3
     )
-    with pytest.raises(ValueError, match=r"steps_per_run=3 cannot become .* Compile with "
-                       r"steps_per_execution=1, or build the strategy with steps_per_run=1\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"steps_per_run=3 cannot become .* Compile with "
+        r"steps_per_execution=1, or build the strategy with steps_per_run=1\.$",
+    ):
         cd_keras.steps_per_execution(strategy, on_unsupported="raise")
-    with pytest.raises(ValueError, match=r"on_unsupported must be one of \('warn', 'raise'\); got 'ignore'"):
+    with pytest.raises(
+        ValueError, match=r"on_unsupported must be one of \('warn', 'raise'\); got 'ignore'"
+    ):
         cd_keras.steps_per_execution(strategy, on_unsupported="ignore")
 
 

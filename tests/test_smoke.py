@@ -138,11 +138,23 @@ def test_warnings_are_collected_not_printed(capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["smoke", "--steps-per-run", "0"], "argument --steps-per-run: must be a positive int (>= 1); got '0'"),
-        (["smoke", "--topology", "v9-99"], "argument --topology: unknown topology 'v9-99'; choose from v2-8, v3-8, v4-8"),
+        (
+            ["smoke", "--steps-per-run", "0"],
+            "argument --steps-per-run: must be a positive int (>= 1); got '0'",
+        ),
+        (
+            ["smoke", "--topology", "v9-99"],
+            "argument --topology: unknown topology 'v9-99'; choose from v2-8, v3-8, v4-8",
+        ),
         (["smoke", "--frobnicate"], "unrecognized arguments: --frobnicate"),
-        (["smoke", "--tpu", "x", "--topology", "v3-8"], "argument --topology: applies to the fake TPU only"),
-        (["smoke", "--inject-failure", "nope"], "argument --inject-failure: invalid choice: 'nope'"),
+        (
+            ["smoke", "--tpu", "x", "--topology", "v3-8"],
+            "argument --topology: applies to the fake TPU only",
+        ),
+        (
+            ["smoke", "--inject-failure", "nope"],
+            "argument --inject-failure: invalid choice: 'nope'",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_usage(args, message, capsys):
@@ -211,17 +223,16 @@ def test_cli_json_on_the_fake_tpu():
 
 
 def test_cli_text_report_and_injected_failure():
-    result = run_cli("smoke", "--topology", "v2-8", "--steps-per-run", "1",
-                     "--inject-failure", "checkpoint")
+    result = run_cli(
+        "smoke", "--topology", "v2-8", "--steps-per-run", "1", "--inject-failure", "checkpoint"
+    )
     assert result.returncode == 1, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert lines[0] == (
         "compat-distribute smoke: fake TPU v2-8 (8 cores on 8 virtual CPU devices), steps_per_run=1"
     )
     statuses = [line.split()[:2] for line in lines[1:9]]
-    assert statuses == [
-        ["FAIL" if n == "checkpoint" else "PASS", n] for n in smoke.CHECK_NAMES
-    ]
+    assert statuses == [["FAIL" if n == "checkpoint" else "PASS", n] for n in smoke.CHECK_NAMES]
     assert lines[-1].startswith(
         "FAILED checkpoint: failure injected by --inject-failure (measured: 3 variables"
     )
