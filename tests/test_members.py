@@ -261,6 +261,59 @@ def test_migration_table_lists_every_changed_row():
     )
 
 
+@pytest.fixture(scope="module", name="tpu_strategy")
+def tpu_strategy_fixture():
+    from compat_distribute.testing import FakeTPUClusterResolver
+
+    return cd.TPUStrategy(FakeTPUClusterResolver("v3-8"), steps_per_run=3)
+
+
+@pytest.mark.parametrize("row", rows_for(_members.RENAMED, _members.TPU), ids=lambda r: r.name)
+def test_tpu_renamed_rows_on_the_fake_tpu(tpu_strategy, row):
+    served = assert_deprecated(lambda: getattr(owner(tpu_strategy, row), row.name), row.message)
+    expected = tpu_strategy
+    for part in row.new.split("."):
+        expected = getattr(expected, part)
+    assert served == expected
+
+
+@pytest.mark.parametrize("row", rows_for(_members.GONE, _members.TPU), ids=lambda r: r.name)
+def test_tpu_gone_rows_on_the_fake_tpu(tpu_strategy, row):
+    with pytest.raises(AttributeError, match=row.message.split(";")[0]):
+        getattr(owner(tpu_strategy, row), row.name)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [r for r in rows_for(_members.WORKS, _members.TPU) if r.impl is None],
+    ids=lambda r: f"{r.scope}.{r.name}",
+)
+def test_tpu_rows_tf2_still_serves_are_on_the_fake_tpu(tpu_strategy, row):
+    assert_no_warning(lambda: getattr(owner(tpu_strategy, row), row.name))
+
+
+def test_tpu_v1_members_behave_on_the_fake_tpu(tpu_strategy):
+    s = tpu_strategy
+    assert s.steps_per_run == s.extended.steps_per_run == 3
+    assert s.initialize() == [] and s.finalize() == []
+
+    @tf.function
+    def step():
+        return s.run(
+            lambda: tf.cast(
+                tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32
+            )
+        )
+
+    assert float(s.reduce("SUM", step())) == 28.0  # 0 + 1 + ... + 7, no axis
+    iterator = s.make_dataset_iterator(tf.data.Dataset.range(16).batch(8))
+    iterator.initialize()
+    batches = s.experimental_local_results(iterator.get_next())
+    assert [b.numpy().tolist() for b in batches] == [[i] for i in range(8)]  # 1 per replica
+    dataset = s.experimental_make_numpy_dataset(np.arange(3, dtype=np.float32))
+    assert [float(x) for x in dataset] == [0.0, 1.0, 2.0]
+
+
 def test_readme_shows_this_table():
     import os
 
