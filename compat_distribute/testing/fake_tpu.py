@@ -22,7 +22,6 @@ import tensorflow as tf
 from tensorflow.python.client import session as _session_lib
 from tensorflow.python.distribute import distribute_lib as _distribute_lib
 from tensorflow.python.distribute import mirrored_strategy as _mirrored
-from tensorflow.python.distribute import reduce_util as _reduce_util
 from tensorflow.python.distribute import tpu_strategy as _tf_tpu
 from tensorflow.python.eager import remote as _remote
 from tensorflow.python.tpu import device_assignment as _da_lib
@@ -246,7 +245,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         ):
             raise ValueError(
                 f"device_assignment was built for a TPU topology with mesh_shape="
-                f"{list(topology.mesh_shape)} and {topology.num_tasks} task(s) x "
+                f"{topology.mesh_shape.tolist()} and {topology.num_tasks} task(s) x "
                 f"{topology.num_tpus_per_task} cores, but this fake TPU is "
                 f"{self._topology_name} with mesh_shape={list(self._mesh_shape)} "
                 f"({self._num_cores} cores). Build it from this resolver's topology: "
@@ -414,15 +413,6 @@ class FakeTPUExtended(_mirrored.MirroredExtended):
             self._check_spec(distributed.element_spec)
         return distributed
 
-    def _replica_ctx_all_reduce(self, reduce_op, value, options=None):
-        # Inside a TPU replica, all-reduce is cross_replica_sum: SUM and MEAN only.
-        if reduce_op not in (_reduce_util.ReduceOp.SUM, _reduce_util.ReduceOp.MEAN):
-            raise NotImplementedError(
-                f"`reduce_op`={reduce_op} is not supported. Currently we only "
-                "support ReduceOp.SUM and ReduceOp.MEAN in TPUStrategy."
-            )
-        return super()._replica_ctx_all_reduce(reduce_op, value, options)
-
     def _in_multi_worker_mode(self):
         return False
 
@@ -474,6 +464,9 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         self._checked_fns = weakref.WeakKeyDictionary()
         self._checked_keys = set()
 
+    # Not converted by AutoGraph when called inside a tf.function: this is
+    # library code, as TF's own strategies are.
+    @tf.autograph.experimental.do_not_convert
     def run(self, fn, args=(), kwargs=None, options=None):
         """`TPUStrategy.run`: `fn` must be a `tf.function` or run inside one."""
         _tf_tpu.validate_run_function(fn)
