@@ -1,25 +1,22 @@
 """compat_distribute: TF1 distribution-strategy code on real TF2 `tf.distribute`.
 
-Importing this package starts no TensorFlow runtime: devices and collective ops
-can still be configured afterwards.
+Importing this package imports no TensorFlow and starts no runtime: devices and
+collective ops can still be configured afterwards. Each public name below is
+imported from its module on first use.
 """
 
-from compat_distribute.install import install
-from compat_distribute.install import installed
-from compat_distribute.install import is_installed
-from compat_distribute.install import uninstall
-from compat_distribute.multi_worker import CollectiveCommunication
-from compat_distribute.multi_worker import MultiWorkerMirroredStrategy
-from compat_distribute.tpu import TPUStrategy
+from compat_distribute import _lazy
 
 __version__ = "0.1.0"
 
-__all__ = (
-    "CollectiveCommunication",
-    "MultiWorkerMirroredStrategy",
-    "TPUStrategy",
-    "install",
-    "installed",
-    "is_installed",
-    "uninstall",
+__getattr__, __dir__, __all__ = _lazy.attach(
+    __name__,
+    {
+        "compat_distribute.install": ("install", "installed", "is_installed", "uninstall"),
+        "compat_distribute.multi_worker": (
+            "CollectiveCommunication",
+            "MultiWorkerMirroredStrategy",
+        ),
+        "compat_distribute.tpu": ("TPUStrategy",),
+    },
 )

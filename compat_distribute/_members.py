@@ -21,6 +21,8 @@ The README's migration table is generated from `TABLE` (see `migration_table`).
 import dataclasses
 import warnings
 
+from tensorflow.python.distribute import distribute_lib
+
 from compat_distribute import _steps
 
 WORKS = "works"
@@ -47,6 +49,7 @@ class Member:
     new: str = ""  # RENAMED: the member to use instead, relative to the strategy.
     version: str = ""  # RENAMED/GONE: the TensorFlow version that changed it.
     advice: str = ""  # GONE: what to do instead.
+    note: str = ""  # WORKS with impl: how it differs from TF2, for the migration table.
 
     @property
     def message(self):
@@ -61,20 +64,13 @@ class Member:
 
 
 # V1 behaviours that TF2 changed or dropped. Each takes the shim object first.
-
-
-def _tf_member(obj, name, impl):
-    """The TF2 member that `impl` shadows on `obj`'s class, bound to `obj`."""
-    for klass in type(obj).__mro__:
-        member = vars(klass).get(name)
-        if member is not None and member is not impl:
-            return member.__get__(obj, type(obj))
-    raise AttributeError(name)
+# Those that wrap a TF2 member call TF's base implementation directly: none of
+# the strategies shimmed here overrides `reduce`, `reduce_to` or `batch_reduce_to`.
 
 
 def _reduce(self, reduce_op, value, axis=None):
     """V1 `reduce`: `axis` defaults to None (TF2 makes it required)."""
-    return _tf_member(self, "reduce", _reduce)(reduce_op, value, axis)
+    return distribute_lib.StrategyBase.reduce(self, reduce_op, value, axis)
 
 
 def _experimental_run(self, fn, input_iterator=None):
@@ -90,8 +86,6 @@ def _make_dataset_iterator(self, dataset):
 
 
 def _make_input_fn_iterator(self, input_fn, replication_mode=None):
-    from tensorflow.python.distribute import distribute_lib  # pylint: disable=g-import-not-at-top
-
     mode = replication_mode or distribute_lib.InputReplicationMode.PER_WORKER
     if mode != distribute_lib.InputReplicationMode.PER_WORKER:
         raise ValueError(
@@ -144,8 +138,8 @@ def _hints_to_options(options, experimental_hints):
 def _reduce_to(self, reduce_op, value, destinations, options=None, experimental_hints=None):
     """`reduce_to` that also takes TF1's `experimental_hints` (a CollectiveHints)."""
     options = _hints_to_options(options, experimental_hints)
-    return _tf_member(self, "reduce_to", _reduce_to)(
-        reduce_op, value, destinations, options=options
+    return distribute_lib.StrategyExtendedV2.reduce_to(
+        self, reduce_op, value, destinations, options=options
     )
 
 
@@ -153,8 +147,8 @@ def _batch_reduce_to(
     self, reduce_op, value_destination_pairs, options=None, experimental_hints=None
 ):
     options = _hints_to_options(options, experimental_hints)
-    return _tf_member(self, "batch_reduce_to", _batch_reduce_to)(
-        reduce_op, value_destination_pairs, options=options
+    return distribute_lib.StrategyExtendedV2.batch_reduce_to(
+        self, reduce_op, value_destination_pairs, options=options
     )
 
 
@@ -176,15 +170,53 @@ TABLE = (
     Member("experimental_distribute_dataset", WORKS),
     Member("distribute_datasets_from_function", WORKS),
     Member("update_config_proto", WORKS),
-    Member("reduce", WORKS, impl=_reduce),
-    Member("experimental_run", WORKS, impl=_experimental_run),
-    Member("make_dataset_iterator", WORKS, impl=_make_dataset_iterator),
-    Member("make_input_fn_iterator", WORKS, impl=_make_input_fn_iterator),
-    Member("experimental_make_numpy_dataset", WORKS, impl=_experimental_make_numpy_dataset),
-    Member("configure", WORKS, impl=_configure),
-    Member("initialize", WORKS, impl=_no_ops),
-    Member("finalize", WORKS, impl=_no_ops),
-    Member("steps_per_run", WORKS, backends=(TPU,), impl=_property(_steps_per_run)),
+    Member("reduce", WORKS, impl=_reduce, note="`axis` defaults to None again (TF2 requires it)"),
+    Member(
+        "experimental_run",
+        WORKS,
+        impl=_experimental_run,
+        note="runs `fn` on `input_iterator.get_next()`",
+    ),
+    Member(
+        "make_dataset_iterator",
+        WORKS,
+        impl=_make_dataset_iterator,
+        note="TF1 iterator with `initialize()` and `get_next()`",
+    ),
+    Member(
+        "make_input_fn_iterator",
+        WORKS,
+        impl=_make_input_fn_iterator,
+        note="TF1 iterator from `input_fn(InputContext)`; PER_WORKER only, as in TF1",
+    ),
+    Member(
+        "experimental_make_numpy_dataset",
+        WORKS,
+        impl=_experimental_make_numpy_dataset,
+        note="dropped from TF2 strategies; served from `extended`",
+    ),
+    Member(
+        "configure",
+        WORKS,
+        impl=_configure,
+        note="updates `session_config` in place, without TF's deprecation log",
+    ),
+    Member(
+        "initialize",
+        WORKS,
+        impl=_no_ops,
+        note="returns `[]`: eager TF2 needs no initialisation ops",
+    ),
+    Member(
+        "finalize", WORKS, impl=_no_ops, note="returns `[]`: eager TF2 needs no finalisation ops"
+    ),
+    Member(
+        "steps_per_run",
+        WORKS,
+        backends=(TPU,),
+        impl=_property(_steps_per_run),
+        note="the constructor's value (default 1), also `extended.steps_per_run`",
+    ),
     Member("experimental_run_v2", RENAMED, new="run", version="2.2"),
     Member(
         "experimental_distribute_datasets_from_function",
@@ -221,13 +253,26 @@ TABLE = (
     Member("value_container", WORKS, EXTENDED),
     Member("variable_created_in_scope", WORKS, EXTENDED),
     Member("steps_per_run", WORKS, EXTENDED, backends=(TPU,)),
-    Member("reduce_to", WORKS, EXTENDED, impl=_reduce_to),
-    Member("batch_reduce_to", WORKS, EXTENDED, impl=_batch_reduce_to),
+    Member(
+        "reduce_to",
+        WORKS,
+        EXTENDED,
+        impl=_reduce_to,
+        note="also takes TF1's `experimental_hints=CollectiveHints(...)`",
+    ),
+    Member(
+        "batch_reduce_to",
+        WORKS,
+        EXTENDED,
+        impl=_batch_reduce_to,
+        note="also takes TF1's `experimental_hints=CollectiveHints(...)`",
+    ),
     Member(
         "experimental_run_steps_on_iterator",
         WORKS,
         EXTENDED,
         impl=_steps.experimental_run_steps_on_iterator,
+        note="runs in eager TF2 as one `tf.function` loop; `run_op` is the step count",
     ),
 )
 
@@ -280,15 +325,14 @@ def serve(cls, backend, scope):
 
 def migration_table():
     """The README's migration table, as Markdown rows."""
-    lines = ["| member | on | TF2 status | what to do |", "|---|---|---|---|"]
+    lines = ["| member | on | TF2 status | notes, or what to do |", "|---|---|---|---|"]
     for row in TABLE:
         if row.kind == WORKS and row.impl is None:
             continue
         where = "strategy" if row.scope == STRATEGY else "strategy.extended"
         on = " and ".join({TPU: "TPU", MWMS: "MultiWorkerMirrored"}[b] for b in row.backends)
         if row.kind == WORKS:
-            doc = (row.impl.__doc__ or "").strip().splitlines()
-            status, todo = "works as in TF1", doc[0] if doc else ""
+            status, todo = "works as in TF1", row.note
         elif row.kind == RENAMED:
             status, todo = f"renamed in TF {row.version} (warns)", f"use `{row.new}`"
         else:

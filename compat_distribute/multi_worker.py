@@ -1,6 +1,7 @@
 """`MultiWorkerMirroredStrategy` with TF1's signature, over TF2's strategy."""
 
 from tensorflow.python.distribute import collective_all_reduce_strategy as _tf_collective
+from tensorflow.python.distribute import cross_device_ops as _cross_device_ops
 
 from compat_distribute import _members
 from compat_distribute import _steps
@@ -12,6 +13,27 @@ from tensorflow.python.distribute.collective_util import CollectiveCommunication
 
 class _CollectiveExtended(_tf_collective.CollectiveAllReduceExtended):
     """TF2's CollectiveAllReduceExtended with the V1 extended members."""
+
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        # Fixes TF's documented all_reduce example (ReplicaContext.all_reduce of
+        # experimental_distribute_values_from_function's values, in a
+        # tf.function) with one device per worker: "ValueError: destinations
+        # can not be empty". With one local replica, mirrored_run's merge_call
+        # hands over the replica's value as a plain tensor (regroup unwraps a
+        # 1-tuple), and ReplicaContext.all_reduce uses that tensor's `.device`
+        # as the destination. In a graph, a tensor made outside strategy.run
+        # (value_fn's output, or an argument of run) has no device, so "" reaches
+        # cross_device_ops.validate_destinations. That value lives on this
+        # worker's only device: reduce to it.
+        if len(self.worker_devices) == 1:
+            value_destination_pairs = [
+                (
+                    value,
+                    dest if _cross_device_ops.check_destinations(dest) else self.worker_devices[0],
+                )
+                for value, dest in value_destination_pairs
+            ]
+        return super()._batch_reduce_to(reduce_op, value_destination_pairs, options)
 
 
 _members.serve(_CollectiveExtended, _members.MWMS, _members.EXTENDED)

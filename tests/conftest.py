@@ -1,6 +1,8 @@
 """Shared set-up: one TensorFlow runtime per test session, with 8 virtual CPUs.
 
-Tests that need another device configuration run in a subprocess
+The 8 CPUs come from the compat_distribute pytest plugin (`tf_devices = 8` in
+setup.cfg's [tool:pytest]), which splits the CPU before any test imports
+TensorFlow. Tests that need another device configuration run in a subprocess
 (see `run_python`), never by resetting TensorFlow's private state.
 """
 
@@ -12,14 +14,6 @@ import textwrap
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-SESSION_CPUS = 8
-
-
-def pytest_configure(config):
-    from compat_distribute.testing import devices
-
-    devices.set_virtual_devices(SESSION_CPUS)
 
 
 def run_python(code, *, timeout=120, env=None):

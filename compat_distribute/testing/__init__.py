@@ -1,5 +1,45 @@
-"""Test harness: virtual devices, a fake TPU, local multi-worker clusters."""
+"""Test harness: virtual devices, a fake TPU, local multi-worker clusters, an XLA check.
 
-from compat_distribute.testing.devices import set_virtual_devices
+Each public name below is imported from its module on first use, so the pytest
+plugin (which lives in this package) imports no TensorFlow unless asked to.
+"""
 
-__all__ = ("set_virtual_devices",)
+from compat_distribute import _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach(
+    __name__,
+    {
+        "compat_distribute.testing.cluster": (
+            "ClusterError",
+            "ClusterTaskError",
+            "ClusterTimeoutError",
+            "LocalCluster",
+            "TFConfig",
+            "current_task",
+            "local_cluster",
+            "parse_tf_config",
+            "pick_unused_port",
+            "worker_strategy",
+        ),
+        "compat_distribute.testing.devices": ("set_virtual_devices",),
+        "compat_distribute.testing.fake_tpu": (
+            "TOPOLOGIES",
+            "FakeTPU",
+            "FakeTPUClusterResolver",
+            "FakeTPUStrategy",
+            "initialize_tpu_system",
+            "shutdown_tpu_system",
+        ),
+        "compat_distribute.testing.testcase": ("TestCase",),
+        "compat_distribute.testing.xla_check": (
+            "TPUCompatibilityError",
+            "TPUCompatibilityReport",
+            "TPUPerformanceWarning",
+            "TPUProblem",
+            "check_graph",
+            "check_tpu_compatible",
+            "ensure_graph_compatible",
+            "ensure_tpu_compatible",
+        ),
+    },
+)

@@ -194,7 +194,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
 
     def get_tpu_system_metadata(self):
         devices = tuple(
-            _session_lib._DeviceAttributes(name, self._device_type, 0, 0)  # pylint: disable=protected-access
+            _session_lib._DeviceAttributes(
+                name, self._device_type, 0, 0
+            )  # pylint: disable=protected-access
             for name in self._core_devices
         )
         return _metadata_lib.TPUSystemMetadata(
@@ -260,7 +262,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
             )
         return device_assignment
 
-    def compat_distribute_strategy(self, *, steps_per_run, device_assignment, spmd_xla_partitioning):
+    def compat_distribute_strategy(
+        self, *, steps_per_run, device_assignment, spmd_xla_partitioning
+    ):
         """The backend seam of `compat_distribute.TPUStrategy`: a `FakeTPUStrategy`."""
         return FakeTPUStrategy._build(  # pylint: disable=protected-access
             self, device_assignment, spmd_xla_partitioning, steps_per_run
@@ -367,7 +371,9 @@ class FakeTPUExtended(_mirrored.MirroredExtended):
 
     @property
     def tpu_hardware_feature(self):
-        from tensorflow.python.tpu import tpu_hardware_feature  # pylint: disable=g-import-not-at-top
+        from tensorflow.python.tpu import (
+            tpu_hardware_feature,
+        )  # pylint: disable=g-import-not-at-top
 
         return tpu_hardware_feature.HardwareFeature(self._tpu_cluster_resolver.tpu_hardware_feature)
 
@@ -440,8 +446,12 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         experimental_device_assignment=None,
         experimental_spmd_xla_partitioning=False,
     ):
-        self._init(tpu_cluster_resolver, experimental_device_assignment,
-                   experimental_spmd_xla_partitioning, steps_per_run=1)
+        self._init(
+            tpu_cluster_resolver,
+            experimental_device_assignment,
+            experimental_spmd_xla_partitioning,
+            steps_per_run=1,
+        )
 
     @classmethod
     def _build(cls, resolver, device_assignment, spmd, steps_per_run):
@@ -498,8 +508,12 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
 
     # TPUStrategyV2's own code; reads extended._tpu_devices and
     # extended._use_spmd_for_xla_partitioning.
-    experimental_assign_to_logical_device = _tf_tpu.TPUStrategyV2.experimental_assign_to_logical_device
-    experimental_split_to_logical_devices = _tf_tpu.TPUStrategyV2.experimental_split_to_logical_devices
+    experimental_assign_to_logical_device = (
+        _tf_tpu.TPUStrategyV2.experimental_assign_to_logical_device
+    )
+    experimental_split_to_logical_devices = (
+        _tf_tpu.TPUStrategyV2.experimental_split_to_logical_devices
+    )
     experimental_replicate_to_logical_devices = (
         _tf_tpu.TPUStrategyV2.experimental_replicate_to_logical_devices
     )
@@ -543,7 +557,9 @@ class FakeTPU:
     A context manager, and `start()`/`stop()` as in chex.
     """
 
-    def __init__(self, topology=DEFAULT_TOPOLOGY, *, mesh_shape=None, strict=False, device_type="CPU"):
+    def __init__(
+        self, topology=DEFAULT_TOPOLOGY, *, mesh_shape=None, strict=False, device_type="CPU"
+    ):
         _mesh(topology, mesh_shape)  # Bad input fails here, not at start().
         self._config = dict(
             topology=topology, mesh_shape=mesh_shape, strict=strict, device_type=device_type

@@ -1,0 +1,89 @@
+"""Shared benchmark plumbing: interleaved side-by-side timing, machine info, JSON."""
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def machine():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "gpus": len(tf.config.list_physical_devices("GPU")),
+    }
+
+
+def compare(candidate, baseline, *, repeats=15, number=20, warmup=3):
+    """Times two callables side by side, alternating, and returns medians and the ratio.
+
+    Alternating the two within each repeat cancels drift (thermal, other load)
+    that would bias two separate runs.
+    """
+    for _ in range(warmup):
+        candidate()
+        baseline()
+    cand, base = [], []
+    for i in range(repeats):
+        pair = [(candidate, cand), (baseline, base)]
+        if i % 2:
+            pair.reverse()
+        for fn, out in pair:
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            out.append((time.perf_counter() - start) / number)
+    c, b = statistics.median(cand), statistics.median(base)
+    return {"candidate_s": c, "baseline_s": b, "ratio": c / b}
+
+
+def table_row(measure, result, target=""):
+    """A README row for a compare() result: the ratio and both absolute times."""
+    value = (
+        f"{result['ratio']:.3f} ({result['candidate_s'] * 1e6:,.0f} us vs "
+        f"{result['baseline_s'] * 1e6:,.0f} us)"
+    )
+    return {"measure": measure, "value": value, "target": target}
+
+
+def report(name, rows, table=()):
+    """Prints `rows` ({label: compare() result or value}) and writes results/<name>.json.
+
+    `table` holds the rows the README shows (see `table_row`).
+    """
+    os.makedirs(RESULTS, exist_ok=True)
+    payload = {
+        "benchmark": name,
+        "machine": machine(),
+        "results": rows,
+        "table": list(table),
+        "argv": sys.argv[1:],
+    }
+    path = os.path.join(RESULTS, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True)
+    print(f"{name}:")
+    for label, r in rows.items():
+        if isinstance(r, dict) and "ratio" in r:
+            print(
+                f"  {label:<52} ratio {r['ratio']:.3f}  "
+                f"({r['candidate_s'] * 1e6:,.0f} us vs {r['baseline_s'] * 1e6:,.0f} us)"
+            )
+        else:
+            print(f"  {label:<52} {r}")
+    print(f"  -> {os.path.relpath(path)}")
+    return payload

@@ -1,0 +1,31 @@
+"""Public names imported on first use.
+
+`import compat_distribute` must stay cheap: pytest imports the package for its
+plugin entry point in every run, with or without TensorFlow work to do, and
+importing TensorFlow costs seconds. Each package lists its public names per
+module; a name's module is imported when the name is first looked up.
+"""
+
+import importlib
+import sys
+
+
+def attach(package, exports):
+    """Returns `(__getattr__, __dir__, __all__)` for `package`.
+
+    `exports` maps a module path to the public names it defines.
+    """
+    where = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name):  # pylint: disable=invalid-name
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[package], name, value)  # later lookups skip this hook
+        return value
+
+    def __dir__():  # pylint: disable=invalid-name
+        return sorted(set(vars(sys.modules[package])) | set(where))
+
+    return __getattr__, __dir__, tuple(sorted(where))

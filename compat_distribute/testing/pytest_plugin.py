@@ -1,0 +1,303 @@
+"""pytest plugin: virtual TensorFlow devices, TPU-or-fake strategies, local clusters.
+
+Installed with the package (entry point `pytest11`). Options, each also an
+environment variable and an ini key:
+
+    --tf-devices=N           COMPAT_DISTRIBUTE_TF_DEVICES         tf_devices
+    --tpu=fake|auto|NAME     COMPAT_DISTRIBUTE_TPU                tpu
+    --fake-tpu-topology=T    COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY  fake_tpu_topology
+    --fake-tpu-strict        COMPAT_DISTRIBUTE_FAKE_TPU_STRICT    fake_tpu_strict
+
+Precedence: command line > environment variable > ini key > default. An empty
+environment variable or ini value counts as not set. A bad value stops the
+session with a `pytest.UsageError` naming the option, the value and its source.
+
+With none of them set the plugin does nothing to TensorFlow: no devices, no
+TPU probe, no header line. `--tf-devices=N` splits the CPU into N virtual
+devices in `pytest_configure`, before any test module imports TensorFlow (each
+pytest-xdist worker does it for its own process). `--tpu` is resolved in
+`pytest_configure` too (see `_tpu_backend`): a NAME that cannot be reached
+fails the session instead of falling back to the fake.
+
+Fixtures: `tpu_resolver`, `tpu_strategy` and `local_cluster` (session scope),
+and `strategy`, parametrised as "default", "mirrored" (MirroredStrategy over
+all logical CPUs) and "tpu" (`tpu_strategy`).
+
+Markers:
+    tpu               needs a real TPU; skipped on the fake.
+    multi_device(n)   needs n replicas; skipped with fewer. Replicas are those
+                      of the strategy the test uses (`strategy` for its current
+                      parameter, else `tpu_strategy`); a test using neither
+                      counts the logical CPU devices.
+    multi_worker(n)   starts n worker processes (n may be left out).
+"""
+
+import os
+
+import pytest
+
+from compat_distribute.testing import _settings
+
+_SETTINGS = pytest.StashKey()
+_BACKEND = pytest.StashKey()
+
+STRATEGY_PARAMS = ("default", "mirrored", "tpu")
+
+_MARKERS = (
+    "tpu: needs a real TPU; skipped when the TPU is the fake (compat_distribute)",
+    "multi_device(n): needs at least n replicas; skipped with fewer (compat_distribute)",
+    "multi_worker(n): starts n real worker processes; n may be left out (compat_distribute)",
+)
+
+
+def _dest(option):
+    return f"compat_distribute_{option.name}"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup(
+        "compat_distribute", "TensorFlow devices, fake TPU and local clusters (compat_distribute)"
+    )
+    for option in _settings.OPTIONS:
+        where = f" [env {option.env}, ini {option.name}]"
+        if option.is_flag:
+            group.addoption(
+                option.flag,
+                action="store_true",
+                default=None,
+                dest=_dest(option),
+                help=option.help + where,
+            )
+        else:
+            group.addoption(
+                option.flag,
+                action="store",
+                default=None,
+                dest=_dest(option),
+                metavar=option.metavar,
+                help=option.help + where,
+            )
+        parser.addini(option.name, option.help, default="")
+
+
+def _is_xdist_controller(config):
+    """The xdist process that hands out tests and runs none itself."""
+    return not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
+
+
+def _read_settings(config):
+    try:
+        return _settings.resolve(
+            cli={o.name: config.getoption(_dest(o)) for o in _settings.OPTIONS},
+            env=os.environ,
+            ini={o.name: config.getini(o.name) for o in _settings.OPTIONS},
+            ini_path=config.inipath,
+        )
+    except _settings.SettingError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+def _set_up_devices(settings):
+    from compat_distribute.testing import devices  # pylint: disable=g-import-not-at-top
+
+    try:
+        devices.set_virtual_devices(settings.tf_devices)
+    except RuntimeError as e:
+        raise pytest.UsageError(
+            f"--tf-devices={settings.tf_devices} (from {settings.source('tf_devices')}): {e}"
+        ) from None
+
+
+def _unreachable(settings, error):
+    return (
+        f"--tpu={settings.tpu} (from {settings.source('tpu')}): {error}\nNot falling "
+        f"back to the fake TPU: pass --tpu=fake to use the fake, or --tpu=auto to use "
+        f"a TPU only when one is here."
+    )
+
+
+def _choose_backend(config, settings):
+    """The `Backend`; None on an xdist controller, whose workers choose for themselves.
+
+    A TPU that cannot be reached raises `pytest.UsageError`, except in an xdist
+    worker (xdist would restart a worker that fails to configure, again and
+    again): there the message is kept and fails every test.
+    """
+    from compat_distribute.testing import _tpu_backend  # pylint: disable=g-import-not-at-top
+
+    try:
+        if settings.tpu != "fake" and _is_xdist_controller(config):
+            # Only the workers connect (holding the TPU here would lock them
+            # out); a name that does not resolve can still stop the session here.
+            if settings.tpu != "auto":
+                _tpu_backend.check_resolves(settings.tpu)
+            return None
+        return _tpu_backend.choose(settings)
+    except _tpu_backend.TPUUnreachableError as e:
+        if hasattr(config, "workerinput"):
+            return _unreachable(settings, e)
+        raise pytest.UsageError(_unreachable(settings, e)) from None
+
+
+def pytest_configure(config):
+    for line in _MARKERS:
+        config.addinivalue_line("markers", line)
+    settings = _read_settings(config)
+    config.stash[_SETTINGS] = settings
+    config.stash[_BACKEND] = None
+    if not settings.any_given:
+        return  # Leave TensorFlow alone; fixtures still work, on the defaults.
+    if settings.tf_devices and not _is_xdist_controller(config):
+        _set_up_devices(settings)
+    config.stash[_BACKEND] = _choose_backend(config, settings)
+
+
+def _backend(config):
+    """The chosen backend, chosen now if pytest_configure did not need to."""
+    if config.stash.get(_BACKEND, None) is None:
+        config.stash[_BACKEND] = _choose_backend(config, config.stash[_SETTINGS])
+    backend = config.stash[_BACKEND]
+    if isinstance(backend, str):
+        pytest.fail(backend, pytrace=False)
+    return backend
+
+
+def pytest_report_header(config):
+    settings = config.stash.get(_SETTINGS, None)
+    if settings is None or not settings.any_given:
+        return None
+    backend = config.stash.get(_BACKEND, None)
+    if backend is None:
+        done = "chosen" if settings.tpu == "auto" else "connected"
+        tpu = f"{settings.tpu} ({done} in each xdist worker)"
+    elif isinstance(backend, str):
+        tpu = f"{settings.tpu} (not reachable)"
+    else:
+        tpu = backend.describe()
+    devices = settings.tf_devices or "not set"
+    return f"compat_distribute: tpu={tpu}, tf-devices={devices}"
+
+
+# --------------------------------------------------------------------------
+# Markers
+
+
+def _marker_count(item, name):
+    """The n of @pytest.mark.<name>(n), None when left out; fails a bad n."""
+    marker = item.get_closest_marker(name)
+    if marker is None or not (marker.args or marker.kwargs):
+        return None
+    n = marker.kwargs.get("n", marker.args[0] if marker.args else None)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        pytest.fail(
+            f"@pytest.mark.{name}(n): n must be a positive int; got {n!r} in "
+            f"{item.nodeid}. Write e.g. @pytest.mark.{name}(2).",
+            pytrace=False,
+        )
+    return n
+
+
+def pytest_collection_modifyitems(config, items):
+    tpu_tests = [item for item in items if item.get_closest_marker("tpu") is not None]
+    if not tpu_tests or isinstance(config.stash.get(_BACKEND, None), str):
+        return  # Nothing to mark, or every test fails anyway.
+    backend = _backend(config)
+    if backend.is_real:
+        return
+    settings = config.stash[_SETTINGS]
+    # A skip mark, not pytest.skip() here, so the report points at the test.
+    skip = pytest.mark.skip(
+        reason=f"needs a real TPU; the TPU here is {backend.describe()} "
+        f"(--tpu={settings.tpu}, from {settings.source('tpu')})"
+    )
+    for item in tpu_tests:
+        item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    if isinstance(item.config.stash.get(_BACKEND, None), str):
+        _backend(item.config)  # Fails the test with why the TPU is unreachable.
+    _marker_count(item, "multi_worker")  # Checks the argument.
+
+
+@pytest.fixture(autouse=True)
+def _compat_distribute_multi_device(request):
+    """Skips a multi_device(n) test that has fewer than n replicas."""
+    marker = request.node.get_closest_marker("multi_device")
+    if marker is None:
+        return
+    needed = _marker_count(request.node, "multi_device")
+    if needed is None:
+        pytest.fail(
+            f"@pytest.mark.multi_device needs the number of replicas, e.g. "
+            f"@pytest.mark.multi_device(2), in {request.node.nodeid}.",
+            pytrace=False,
+        )
+    names = request.fixturenames
+    if "strategy" in names:
+        param = request.node.callspec.params["strategy"]
+        have = request.getfixturevalue("strategy").num_replicas_in_sync
+        what = f"strategy {param!r} has {have} replica(s)"
+    elif "tpu_strategy" in names:
+        have = request.getfixturevalue("tpu_strategy").num_replicas_in_sync
+        what = f"tpu_strategy has {have} replica(s)"
+    else:
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+        have = len(tf.config.list_logical_devices("CPU"))
+        what = f"there are {have} logical CPU device(s) (set more with --tf-devices)"
+    if have < needed:
+        pytest.skip(f"multi_device({needed}): needs {needed} replicas; {what}")
+
+
+# --------------------------------------------------------------------------
+# Fixtures
+
+
+@pytest.fixture(scope="session")
+def tpu_resolver(pytestconfig):
+    """The resolver of the TPU chosen by --tpu: a real TPU's, or the fake's."""
+    return _backend(pytestconfig).make_resolver()
+
+
+@pytest.fixture(scope="session")
+def tpu_strategy(tpu_resolver):
+    """`compat_distribute.TPUStrategy` on the chosen TPU, built once per session."""
+    import compat_distribute  # pylint: disable=g-import-not-at-top
+
+    return compat_distribute.TPUStrategy(tpu_resolver)
+
+
+@pytest.fixture(scope="session")
+def mirrored_strategy():
+    """`tf.distribute.MirroredStrategy` over every logical CPU device."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(devices=cpus)
+
+
+@pytest.fixture(params=STRATEGY_PARAMS)
+def strategy(request):
+    """One test body under the default, mirrored and TPU-or-fake strategies."""
+    if request.param == "default":
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+        return tf.distribute.get_strategy()
+    if request.param == "mirrored":
+        return request.getfixturevalue("mirrored_strategy")
+    return request.getfixturevalue("tpu_strategy")
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    """A 2-worker cluster of local processes, started once for the session.
+
+    `local_cluster.run(fn, *args)` runs a module-level function in both
+    workers (see `compat_distribute.testing.cluster.local_cluster`). Mark the
+    tests that use it `@pytest.mark.multi_worker(2)`.
+    """
+    from compat_distribute.testing import cluster  # pylint: disable=g-import-not-at-top
+
+    with cluster.local_cluster(2) as running:
+        yield running

@@ -1,0 +1,73 @@
+"""`TestCase`: `tf.test.TestCase` with the harness's TPU-or-fake strategy.
+
+For absltest / unittest users; the pytest plugin gives pytest users the same
+through fixtures. Settings come from the plugin's environment variables
+(COMPAT_DISTRIBUTE_TF_DEVICES, COMPAT_DISTRIBUTE_TPU,
+COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY, COMPAT_DISTRIBUTE_FAKE_TPU_STRICT), else
+their defaults (fake v3-8 TPU, devices left alone):
+
+    class MyTest(compat_distribute.testing.TestCase):
+
+        def test_replicas(self):
+            self.assertEqual(self.tpu_strategy.num_replicas_in_sync, 8)
+
+    if __name__ == "__main__":
+        tf.test.main()
+"""
+
+import os
+
+import tensorflow as tf
+
+from compat_distribute.testing import _settings
+from compat_distribute.testing import _tpu_backend
+from compat_distribute.testing import devices
+
+
+class TestCase(tf.test.TestCase):
+    """A `tf.test.TestCase` whose class builds one TPU-or-fake strategy, on first use.
+
+    `setUpClass` reads the settings (a bad value raises `ValueError` naming the
+    environment variable) and splits the CPU when COMPAT_DISTRIBUTE_TF_DEVICES
+    asks for it. `tpu_resolver` and `tpu_strategy` are built on first use and
+    shared by the class's tests. A TPU named by COMPAT_DISTRIBUTE_TPU must be
+    reachable: otherwise `tpu_resolver` raises `TPUUnreachableError` rather than
+    fall back to the fake.
+    """
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls._compat_distribute_settings = _settings.from_environment(os.environ)
+        cls._compat_distribute_backend = None
+        cls._compat_distribute_resolver = None
+        cls._compat_distribute_strategy = None
+        tf_devices = cls._compat_distribute_settings.tf_devices
+        if tf_devices:
+            devices.set_virtual_devices(tf_devices)
+
+    @property
+    def tpu_backend(self):
+        """Which TPU this class runs on (`describe()` says it in words)."""
+        cls = type(self)
+        if cls._compat_distribute_backend is None:
+            cls._compat_distribute_backend = _tpu_backend.choose(cls._compat_distribute_settings)
+        return cls._compat_distribute_backend
+
+    @property
+    def tpu_resolver(self):
+        """The resolver of the chosen TPU (a real TPU's, or the fake's), made once per class."""
+        cls = type(self)
+        if cls._compat_distribute_resolver is None:
+            cls._compat_distribute_resolver = self.tpu_backend.make_resolver()
+        return cls._compat_distribute_resolver
+
+    @property
+    def tpu_strategy(self):
+        """`compat_distribute.TPUStrategy` on the chosen TPU, built once per class."""
+        cls = type(self)
+        if cls._compat_distribute_strategy is None:
+            import compat_distribute  # pylint: disable=g-import-not-at-top
+
+            cls._compat_distribute_strategy = compat_distribute.TPUStrategy(self.tpu_resolver)
+        return cls._compat_distribute_strategy

@@ -1,0 +1,57 @@
+"""set_virtual_devices: before the runtime starts it configures, after it checks."""
+
+import pytest
+import tensorflow as tf
+
+from compat_distribute.testing import set_virtual_devices
+
+
+def test_after_start_it_returns_existing_devices_when_enough():
+    tf.constant(1)  # the session's runtime is running with 8 CPUs
+    names = set_virtual_devices(4)
+    assert names == [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(4)]
+
+
+def test_after_start_asking_for_more_says_to_call_it_earlier():
+    tf.constant(1)
+    with pytest.raises(RuntimeError) as info:
+        set_virtual_devices(16)
+    message = str(info.value)
+    assert message.startswith("set_virtual_devices(16, 'CPU') came too late: TensorFlow's runtime")
+    assert "already initialised with 8 logical CPU device(s)" in message
+    assert "Call set_virtual_devices before any TensorFlow op" in message
+    assert "pytest_configure" in message
+
+
+@pytest.mark.parametrize(
+    "args, error, text",
+    [
+        ((0,), ValueError, "n must be a positive int (>= 1); got 0 (int)"),
+        (("8",), TypeError, "n must be a positive int; got '8' (str)"),
+        ((2, "TPU"), ValueError, "device_type must be one of ('CPU', 'GPU'); got 'TPU'"),
+    ],
+)
+def test_bad_arguments(args, error, text):
+    with pytest.raises(error) as info:
+        set_virtual_devices(*args)
+    assert text in str(info.value)
+
+
+def test_gpu_without_a_gpu_is_a_clear_error():
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU; the no-GPU error cannot occur")
+    with pytest.raises(RuntimeError, match="this machine has no physical GPU device visible"):
+        set_virtual_devices(2, "GPU")
+
+
+def test_before_start_it_configures_and_compose(run_python):
+    result = run_python("""
+        from compat_distribute.testing import set_virtual_devices
+        print(set_virtual_devices(2)[-1])
+        print(len(set_virtual_devices(6)))
+        print(len(set_virtual_devices(3)))  # never shrinks what was asked before
+        import tensorflow as tf
+        print(len(tf.config.list_logical_devices("CPU")))
+        """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["/job:localhost/replica:0/task:0/device:CPU:1", "6", "3", "6"]

@@ -1,0 +1,65 @@
+"""Importing compat_distribute must not start TensorFlow's runtime."""
+
+
+def test_import_leaves_devices_and_collectives_configurable(run_python):
+    result = run_python("""
+        import json, os
+        os.environ["TF_CONFIG"] = json.dumps({
+            "cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}})
+        import compat_distribute
+        import compat_distribute.testing
+        from tensorflow.python.eager import context
+        assert context.context()._context_handle is None, "runtime started at import"
+        import tensorflow as tf
+        # Both fail once the runtime has started:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        tf.config.experimental.set_synchronous_execution(True)
+        print("configurable")
+        """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "configurable"
+
+
+def test_collective_strategy_can_be_built_after_import(run_python):
+    # A one-worker cluster from TF_CONFIG: TF configures collective ops at
+    # construction, which fails if anything started the runtime before.
+    result = run_python("""
+        import json, os, socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ["TF_CONFIG"] = json.dumps({
+            "cluster": {"worker": [f"127.0.0.1:{port}"]}, "task": {"type": "worker", "index": 0}})
+        import compat_distribute as cd
+        strategy = cd.MultiWorkerMirroredStrategy()
+        import tensorflow as tf
+        print(strategy.num_replicas_in_sync, float(strategy.reduce("SUM", strategy.run(lambda: tf.constant(3.0)))))
+        """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["1", "3.0"]
+
+
+def test_import_and_the_pytest_plugin_import_no_tensorflow(run_python):
+    # pytest imports the plugin through its entry point in every run.
+    result = run_python("""
+        import sys
+        import compat_distribute, compat_distribute.testing
+        import compat_distribute.testing.pytest_plugin
+        assert "tensorflow" not in sys.modules, "tensorflow imported"
+        print(sorted(compat_distribute.__all__))
+        print(compat_distribute.TPUStrategy.__module__, "tensorflow" in sys.modules)
+        print(compat_distribute.testing.FakeTPUClusterResolver.__name__)
+        try:
+            compat_distribute.NoSuchName
+        except AttributeError as e:
+            print(e)
+        """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "['CollectiveCommunication', 'MultiWorkerMirroredStrategy', 'TPUStrategy', 'install', "
+        "'installed', 'is_installed', 'uninstall']",
+        "compat_distribute.tpu True",
+        "FakeTPUClusterResolver",
+        "module 'compat_distribute' has no attribute 'NoSuchName'",
+    ]

@@ -1,0 +1,181 @@
+"""compat_distribute.MultiWorkerMirroredStrategy in one process (one worker)."""
+
+import warnings
+
+import pytest
+import tensorflow as tf
+from tensorflow.python.distribute import collective_all_reduce_strategy as tf_collective
+
+import compat_distribute as cd
+
+
+@pytest.fixture(scope="module", name="strategy")
+def strategy_fixture():
+    return cd.MultiWorkerMirroredStrategy(communication=cd.CollectiveCommunication.RING)
+
+
+def test_it_is_a_tf2_strategy_built_with_communication_options(strategy):
+    assert isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    assert not isinstance(
+        strategy, tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy
+    )
+    options = strategy.extended._communication_options  # pylint: disable=protected-access
+    assert options.implementation is tf.distribute.experimental.CommunicationImplementation.RING
+    assert strategy.num_replicas_in_sync == 1
+    assert strategy.extended.should_checkpoint
+
+
+def test_collective_communication_is_tfs_own_enum():
+    assert cd.CollectiveCommunication is tf.distribute.experimental.CollectiveCommunication
+    assert (
+        cd.CollectiveCommunication.AUTO
+        is tf.distribute.experimental.CommunicationImplementation.AUTO
+    )
+
+
+def test_the_resolver_is_taken_by_keyword():
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec({}), task_type="worker", task_id=0
+    )
+    strategy = cd.MultiWorkerMirroredStrategy(cd.CollectiveCommunication.AUTO, resolver)
+    assert strategy.cluster_resolver is resolver
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, text",
+    [
+        (
+            {"communication": "RING"},
+            TypeError,
+            "got the string 'RING'. Pass communication=CollectiveCommunication.RING",
+        ),
+        (
+            {"communication": 3},
+            ValueError,
+            "communication must be one of CollectiveCommunication.AUTO, CollectiveCommunication.RING, CollectiveCommunication.NCCL; got 3 (int)",
+        ),
+        ({"communication": None}, ValueError, "got None (NoneType)"),
+        (
+            {"cluster_resolver": "grpc://localhost:1"},
+            TypeError,
+            "cluster_resolver must be None or a tf.distribute.cluster_resolver.ClusterResolver; got 'grpc://localhost:1' (str)",
+        ),
+    ],
+)
+def test_bad_arguments_are_refused_before_tf_is_touched(monkeypatch, kwargs, error, text):
+    calls = []
+    monkeypatch.setattr(
+        tf_collective.CollectiveAllReduceStrategy, "__init__", lambda *a, **k: calls.append(a)
+    )
+    with pytest.raises(error) as info:
+        cd.MultiWorkerMirroredStrategy(**kwargs)
+    assert text in str(info.value)
+    assert calls == []
+
+
+def test_communication_options_object_is_refused_with_advice():
+    options = tf.distribute.experimental.CommunicationOptions()
+    with pytest.raises(
+        TypeError, match="got a CommunicationOptions object.*communication_options=...\\) directly"
+    ):
+        cd.MultiWorkerMirroredStrategy(communication=options)
+
+
+def test_a_tpu_resolver_is_refused():
+    from tests.test_tpu_shim import StandInTPUResolver
+
+    with pytest.raises(
+        TypeError,
+        match="cluster_resolver must describe a multi-worker cluster .* got the TPU resolver StandInTPUResolver",
+    ):
+        cd.MultiWorkerMirroredStrategy(cluster_resolver=StandInTPUResolver())
+
+
+def test_run_steps_runs_steps_in_one_call(strategy):
+    with strategy.scope():
+        counter = tf.Variable(0)
+    iterator = iter(strategy.experimental_distribute_dataset(tf.data.Dataset.range(10).batch(1)))
+
+    def step(x):
+        counter.assign_add(1)
+        return x * 2
+
+    assert strategy.run_steps(step, iterator, steps=3).numpy().tolist() == [4]
+    assert int(counter.numpy()) == 3
+    # steps defaults to steps_per_run, which a multi-worker strategy does not have: 1.
+    assert strategy.run_steps(step, iterator).numpy().tolist() == [6]
+    assert int(counter.numpy()) == 4
+    assert int(next(iterator)[0]) == 4  # exactly four batches were consumed
+    with pytest.raises(ValueError, match=r"steps must be a positive int \(>= 1\); got 0 \(int\)"):
+        strategy.run_steps(step, iterator, steps=0)
+
+
+# Differential: the shim against TF's own tf.compat.v1 strategy, same inputs.
+
+
+@pytest.fixture(scope="module", name="tf1_strategy")
+def tf1_strategy_fixture():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy()
+
+
+def both(strategy, tf1_strategy, fn):
+    return fn(strategy), fn(tf1_strategy)
+
+
+def test_same_run_and_reduce_as_tf1(strategy, tf1_strategy):
+    def fn(s):
+        out = s.run(lambda x: x * 3.0, args=(tf.constant([1.0, 2.0]),))
+        return s.reduce("SUM", out).numpy().tolist(), s.reduce("MEAN", out, axis=0).numpy().tolist()
+
+    ours, theirs = both(strategy, tf1_strategy, fn)
+    assert ours == theirs == ([3.0, 6.0], 4.5)
+
+
+def test_same_all_reduce_in_replica_context_as_tf1(strategy, tf1_strategy):
+    def fn(s):
+        @tf.function
+        def step():
+            def replica_fn():
+                ctx = tf.distribute.get_replica_context()
+                return ctx.all_reduce("SUM", tf.cast(ctx.replica_id_in_sync_group + 5, tf.float32))
+
+            return s.experimental_local_results(s.run(replica_fn))
+
+        return [float(v) for v in step()]
+
+    ours, theirs = both(strategy, tf1_strategy, fn)
+    assert ours == theirs == [5.0]
+
+
+def test_same_datasets_as_tf1(strategy, tf1_strategy):
+    def fn(s):
+        dist = s.experimental_distribute_dataset(tf.data.Dataset.range(6).batch(2))
+        iterator = s.make_dataset_iterator(tf.data.Dataset.range(4).batch(2))
+        iterator.initialize()
+        return [b.numpy().tolist() for b in dist], iterator.get_next().numpy().tolist()
+
+    ours, theirs = both(strategy, tf1_strategy, fn)
+    assert ours == theirs == ([[0, 1], [2, 3], [4, 5]], [0, 1])
+
+
+def test_same_exception_types_as_tf1(strategy, tf1_strategy):
+    def fn(s):
+        kinds = []
+        for call in (
+            lambda: s.reduce("MAX", tf.constant(1.0)),  # not a ReduceOp name
+            lambda: s.reduce(tf.distribute.ReduceOp.SUM, tf.constant([1.0]), axis=3),
+            lambda: s.make_input_fn_iterator(lambda ctx: None, replication_mode="PER_REPLICA"),
+            lambda: s.experimental_distribute_dataset([1, 2, 3]),
+        ):
+            try:
+                call()
+                kinds.append(None)
+            except Exception as e:  # pylint: disable=broad-except
+                kinds.append(type(e))
+        return kinds
+
+    ours, theirs = both(strategy, tf1_strategy, fn)
+    assert ours == theirs
+    assert ours[2] is ValueError

@@ -1,0 +1,131 @@
+"""compat_distribute.TPUStrategy on the real-TPU backend.
+
+No TPU is attached here, so the real backend is built from a stand-in
+resolver that reports eight TPU cores. It only checks what reaches TF's own
+`TPUStrategy` constructor and what the shim keeps; running on a real TPU is
+verified by `compat-distribute smoke --tpu NAME` on a TPU VM.
+"""
+
+import pytest
+import tensorflow as tf
+from tensorflow.python.client import session as session_lib
+from tensorflow.python.distribute import tpu_strategy as tf_tpu
+from tensorflow.python.distribute.cluster_resolver import tpu_cluster_resolver
+from tensorflow.python.tpu import tpu_system_metadata
+
+import compat_distribute as cd
+
+
+class StandInTPUResolver(tpu_cluster_resolver.TPUClusterResolver):
+    """Reports an 8-core, one-host TPU without contacting one (hardware stand-in)."""
+
+    def __init__(self):  # pylint: disable=super-init-not-called
+        self.task_type = "worker"
+        self.task_id = 0
+        self.rpc_layer = None
+        self._environment = ""
+
+    def get_tpu_system_metadata(self):
+        devices = [
+            session_lib._DeviceAttributes(  # pylint: disable=protected-access
+                f"/job:worker/replica:0/task:0/device:TPU:{i}", "TPU", 0, 0
+            )
+            for i in range(8)
+        ]
+        return tpu_system_metadata.TPUSystemMetadata(
+            num_cores=8, num_hosts=1, num_of_cores_per_host=8, topology=None, devices=devices
+        )
+
+
+@pytest.fixture(name="tf_init_calls")
+def tf_init_calls_fixture(monkeypatch):
+    """Records the arguments that reach TF's TPUStrategy constructor."""
+    calls = []
+    original = tf_tpu.TPUStrategyV2.__init__
+
+    def spy(self, *args, **kwargs):
+        calls.append((args, kwargs))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(tf_tpu.TPUStrategyV2, "__init__", spy)
+    return calls
+
+
+def test_real_backend_is_a_tf2_tpu_strategy_with_v1_steps_per_run(tf_init_calls):
+    resolver = StandInTPUResolver()
+    strategy = cd.TPUStrategy(resolver, steps_per_run=4)
+    assert isinstance(strategy, tf.distribute.TPUStrategy)
+    assert isinstance(strategy, cd.TPUStrategy)
+    assert tf_init_calls == [((resolver,), {"experimental_device_assignment": None})]
+    assert strategy.extended.steps_per_run == 4
+    assert strategy.steps_per_run == 4
+    assert strategy.num_replicas_in_sync == 8
+    assert strategy.cluster_resolver is resolver
+
+
+def test_real_backend_defaults_steps_per_run_to_one(tf_init_calls):
+    strategy = cd.TPUStrategy(StandInTPUResolver())
+    assert strategy.extended.steps_per_run == 1
+    assert tf_init_calls[0][1] == {"experimental_device_assignment": None}
+
+
+def test_real_backend_passes_device_assignment_through(tf_init_calls):
+    topology = tf.tpu.experimental.Topology(
+        mesh_shape=[2, 2, 1, 2],
+        device_coordinates=[[[x, y, 0, c] for x in range(2) for y in range(2) for c in range(2)]],
+    )
+    assignment = tf.tpu.experimental.DeviceAssignment.build(
+        topology, computation_shape=[1, 1, 1, 2], num_replicas=4
+    )
+    strategy = cd.TPUStrategy(StandInTPUResolver(), device_assignment=assignment)
+    assert tf_init_calls[0][1] == {"experimental_device_assignment": assignment}
+    assert strategy.num_replicas_in_sync == 4
+
+
+def test_real_backend_serves_v1_members_from_the_table():
+    strategy = cd.TPUStrategy(StandInTPUResolver(), steps_per_run=2)
+    with pytest.warns(DeprecationWarning, match=r"^experimental_run_v2 is deprecated; use run"):
+        assert strategy.experimental_run_v2 == strategy.run
+    with pytest.raises(AttributeError, match="experimental_make_numpy_iterator was removed"):
+        strategy.experimental_make_numpy_iterator  # pylint: disable=pointless-statement
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, text",
+    [
+        (
+            {"steps_per_run": 0},
+            ValueError,
+            "steps_per_run must be a positive int (>= 1); got 0 (int)",
+        ),
+        ({"steps_per_run": -3}, ValueError, "got -3 (int)"),
+        (
+            {"steps_per_run": 2.5},
+            TypeError,
+            "steps_per_run must be a positive int; got 2.5 (float)",
+        ),
+        ({"steps_per_run": True}, TypeError, "got True (bool)"),
+        ({"steps_per_run": "4"}, TypeError, "got '4' (str)"),
+        ({"device_assignment": "0"}, TypeError, "device_assignment must be None or a tf.tpu."),
+        ({"device_assignment": [0, 1]}, TypeError, "got [0, 1] (list)"),
+    ],
+)
+def test_bad_arguments_are_refused_before_tf_is_touched(tf_init_calls, kwargs, error, text):
+    with pytest.raises(error) as info:
+        cd.TPUStrategy(StandInTPUResolver(), **kwargs)
+    assert text in str(info.value)
+    assert tf_init_calls == []
+
+
+def test_a_resolver_of_the_wrong_kind_is_refused(tf_init_calls):
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec({}))
+    with pytest.raises(
+        TypeError, match="tpu_cluster_resolver must be a TPU resolver; got a SimpleClusterResolver"
+    ):
+        cd.TPUStrategy(resolver)
+    with pytest.raises(
+        TypeError,
+        match=r"must be None or a tf.distribute.cluster_resolver.ClusterResolver; got 'local' \(str\)",
+    ):
+        cd.TPUStrategy("local")
+    assert tf_init_calls == []

@@ -1,0 +1,44 @@
+"""Regenerates the README's generated blocks: `python tools/readme.py [members] [bench]`.
+
+A block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`.
+"""
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+
+
+def replace_block(text, name, content):
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    head, found, rest = text.partition(start)
+    if not found or end not in rest:
+        raise SystemExit(f"README.md has no {start} ... {end} block")
+    return f"{head}{start}\n{content.strip()}\n{end}{rest.partition(end)[2]}"
+
+
+def update(name, content):
+    with open(README) as f:
+        text = f.read()
+    with open(README, "w") as f:
+        f.write(replace_block(text, name, content))
+
+
+def members():
+    sys.path.insert(0, ROOT)
+    from compat_distribute import _members  # pylint: disable=g-import-not-at-top
+
+    return _members.migration_table()
+
+
+def bench():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import run_all  # pylint: disable=g-import-not-at-top
+
+    return run_all.markdown()
+
+
+if __name__ == "__main__":
+    for block in sys.argv[1:] or ["members"]:
+        update(block, {"members": members, "bench": bench}[block]())
