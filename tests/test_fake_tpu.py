@@ -286,6 +286,23 @@ def test_run_refuses_too_many_positional_arguments_as_a_tpu(v3_8):
         step(tf.constant(1.0))
 
 
+def test_run_refuses_variables_in_star_args_as_a_tpu(v3_8):
+    with v3_8.scope():
+        v = tf.Variable(1.0)
+
+    @tf.function
+    def replica_fn(*xs):
+        return xs[0] * 2.0
+
+    for _ in range(2):  # also once its arity is known
+        with pytest.raises(ValueError) as info:
+            v3_8.run(replica_fn, args=(v,))
+        assert str(info.value) == (
+            "TPUStrategy.run() cannot handle Variables passed to *args. Either name the "
+            "function argument, or capture the Variable implicitly."
+        )
+
+
 def test_variables_are_mirrored_on_every_replica(v3_8):
     with v3_8.scope():
         v = tf.Variable(1.0)
