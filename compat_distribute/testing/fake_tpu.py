@@ -15,17 +15,16 @@ logical-device annotations), so error texts are TensorFlow's, word for word.
 
 import itertools
 import types
-import weakref
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.client import session as _session_lib
 from tensorflow.python.distribute import distribute_lib as _distribute_lib
 from tensorflow.python.distribute import mirrored_strategy as _mirrored
-from tensorflow.python.distribute import reduce_util as _reduce_util
 from tensorflow.python.distribute import tpu_strategy as _tf_tpu
+from tensorflow.python.distribute import values as _values
+from tensorflow.python.eager import context as _context
 from tensorflow.python.eager import remote as _remote
-from tensorflow.python.tpu import device_assignment as _da_lib
 from tensorflow.python.tpu import topology as _topology_lib
 from tensorflow.python.tpu import tpu_system_metadata as _metadata_lib
 from tensorflow.core.protobuf.tpu import topology_pb2 as _topology_pb2
@@ -248,7 +247,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         ):
             raise ValueError(
                 f"device_assignment was built for a TPU topology with mesh_shape="
-                f"{list(topology.mesh_shape)} and {topology.num_tasks} task(s) x "
+                f"{topology.mesh_shape.tolist()} and {topology.num_tasks} task(s) x "
                 f"{topology.num_tpus_per_task} cores, but this fake TPU is "
                 f"{self._topology_name} with mesh_shape={list(self._mesh_shape)} "
                 f"({self._num_cores} cores). Build it from this resolver's topology: "
@@ -420,15 +419,6 @@ class FakeTPUExtended(_mirrored.MirroredExtended):
             self._check_spec(distributed.element_spec)
         return distributed
 
-    def _replica_ctx_all_reduce(self, reduce_op, value, options=None):
-        # Inside a TPU replica, all-reduce is cross_replica_sum: SUM and MEAN only.
-        if reduce_op not in (_reduce_util.ReduceOp.SUM, _reduce_util.ReduceOp.MEAN):
-            raise NotImplementedError(
-                f"`reduce_op`={reduce_op} is not supported. Currently we only "
-                "support ReduceOp.SUM and ReduceOp.MEAN in TPUStrategy."
-            )
-        return super()._replica_ctx_all_reduce(reduce_op, value, options)
-
     def _in_multi_worker_mode(self):
         return False
 
@@ -481,16 +471,40 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         extended = FakeTPUExtended(self, resolver, device_assignment, spmd, steps_per_run)
         # Skips MirroredStrategy.__init__, which would build a MirroredExtended.
         _distribute_lib.Strategy.__init__(self, extended)
-        self._checked_fns = weakref.WeakKeyDictionary()
-        self._checked_keys = set()
+        self._checked_keys = set()  # step functions strict mode checked
+        self._checked_calls = set()  # (fn, arity) whose run arguments passed
 
+    # Not converted by AutoGraph when called inside a tf.function: this is
+    # library code, as TF's own strategies are.
+    @tf.autograph.experimental.do_not_convert
     def run(self, fn, args=(), kwargs=None, options=None):
         """`TPUStrategy.run`: `fn` must be a `tf.function` or run inside one."""
         _tf_tpu.validate_run_function(fn)
         # TPUStrategy's argument checks (variables in *args, too many args).
-        _tf_tpu._maybe_partial_apply_variables(fn, args, kwargs)  # pylint: disable=protected-access
+        self._check_run_arguments(fn, args, kwargs)
         self._check_traced(fn, args, kwargs)
         return super().run(fn, args=args, kwargs=kwargs, options=options)
+
+    def _check_run_arguments(self, fn, args, kwargs):
+        """TPUStrategy.run's argument checks: variables in *args, too many args.
+
+        TF's check inspects `fn`'s signature; an eager call repeating a passed
+        (fn, arity) without variables skips it, to keep `run` as cheap as
+        MirroredStrategy's.
+        """
+        key = None
+        if _context.executing_eagerly() and not any(
+            _is_distributed_variable(a) for a in (*args, *(kwargs or {}).values())
+        ):
+            key = (_steps._fn_key(fn), len(args), tuple(kwargs or ()))  # pylint: disable=protected-access
+            try:
+                if key in self._checked_calls:
+                    return
+            except TypeError:  # unhashable callable
+                key = None
+        _tf_tpu._maybe_partial_apply_variables(fn, args, kwargs)  # pylint: disable=protected-access
+        if key is not None:
+            self._checked_calls.add(key)
 
     def _check_traced(self, fn, args, kwargs):
         """Strict mode: checks `fn` compiles for a TPU, once per step function.
@@ -524,6 +538,11 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
     experimental_replicate_to_logical_devices = (
         _tf_tpu.TPUStrategyV2.experimental_replicate_to_logical_devices
     )
+
+
+def _is_distributed_variable(value):
+    flat = tf.nest.flatten(value)
+    return bool(flat) and isinstance(flat[0], _values.DistributedVariable)
 
 
 def _no_strict_check(fn, args, kwargs, strategy):
