@@ -25,9 +25,9 @@ def main():
 
     import tensorflow as tf
 
-    from compat_distribute.testing import fake_tpu
+    from compat_distribute import testing
 
-    fake = fake_tpu.FakeTPUStrategy(fake_tpu.FakeTPUClusterResolver("v3-8"))
+    fake = testing.FakeTPUStrategy(testing.FakeTPUClusterResolver("v3-8"))
     raw = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(DEVICES)])
     assert fake.extended.worker_devices == raw.extended.worker_devices
 
@@ -148,7 +148,9 @@ def main():
             "fake TPU run / raw MirroredStrategy run (tf.function step)", rows[keys[3]], "<= 1.02"
         ),
         _common.table_row(
-            "fake TPU run / raw MirroredStrategy run (eager, tf.function fn)", rows[keys[4]], "<= 1.02"
+            "fake TPU run / raw MirroredStrategy run (eager, tf.function fn)",
+            rows[keys[4]],
+            "<= 1.02",
         ),
     ]
     _common.report("fake_tpu", rows, table)

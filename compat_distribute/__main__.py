@@ -72,7 +72,7 @@ def build_parser():
         "--topology",
         default=None,
         help=f"the fake TPU's topology (default {smoke.DEFAULT_TOPOLOGY}); see "
-        "compat_distribute.testing.fake_tpu.TOPOLOGIES for the presets",
+        "compat_distribute.testing.TOPOLOGIES for the presets",
     )
     sub.add_argument(
         "--steps-per-run",

@@ -696,7 +696,7 @@ def fake_tpu_target(topology, steps_per_run):
     Creates the virtual devices it needs, so call it before TensorFlow starts.
     """
     from compat_distribute import tpu  # pylint: disable=g-import-not-at-top
-    from compat_distribute.testing import fake_tpu  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing import _fake_tpu as fake_tpu
 
     resolver = fake_tpu.FakeTPUClusterResolver(topology)
     strategy = tpu.TPUStrategy(resolver, steps_per_run=steps_per_run)
@@ -721,7 +721,7 @@ def fake_tpu_target(topology, steps_per_run):
 
 def topologies():
     """The fake TPU's preset topology names."""
-    from compat_distribute.testing import fake_tpu  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing import _fake_tpu as fake_tpu
 
     return tuple(fake_tpu.TOPOLOGIES)
 

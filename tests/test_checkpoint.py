@@ -18,7 +18,7 @@ import tensorflow as tf
 import compat_distribute
 from compat_distribute import checkpoint as cd_checkpoint
 from compat_distribute.testing import cluster
-from compat_distribute.testing import fake_tpu
+from compat_distribute import testing
 
 keras = pytest.importorskip("keras")
 
@@ -64,7 +64,7 @@ def assert_bit_identical(got, want):
 
 @pytest.fixture(scope="module", name="fake_tpu_strategy")
 def fake_tpu_strategy_fixture():
-    return compat_distribute.TPUStrategy(fake_tpu.FakeTPUClusterResolver("v3-8"))
+    return compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver("v3-8"))
 
 
 @pytest.fixture(scope="module", name="saved_on_fake_tpu")

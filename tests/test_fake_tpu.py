@@ -10,14 +10,14 @@ from tensorflow.python.distribute import tpu_strategy as tf_tpu_strategy
 
 import compat_distribute
 from compat_distribute import _patching
-from compat_distribute.testing import fake_tpu as fake_tpu_lib
-from compat_distribute.testing.fake_tpu import FakeTPU
-from compat_distribute.testing.fake_tpu import FakeTPUClusterResolver
-from compat_distribute.testing.fake_tpu import FakeTPUStrategy
-from compat_distribute.testing.fake_tpu import TOPOLOGIES
-from compat_distribute.testing.fake_tpu import fake_tpu
-from compat_distribute.testing.fake_tpu import initialize_tpu_system
-from compat_distribute.testing.fake_tpu import shutdown_tpu_system
+from compat_distribute.testing import _fake_tpu as fake_tpu_lib
+from compat_distribute.testing import FakeTPU
+from compat_distribute.testing import FakeTPUClusterResolver
+from compat_distribute.testing import FakeTPUStrategy
+from compat_distribute.testing import TOPOLOGIES
+from compat_distribute.testing import fake_tpu
+from compat_distribute.testing import initialize_tpu_system
+from compat_distribute.testing import shutdown_tpu_system
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:{}"
 
@@ -91,7 +91,8 @@ def v1_steps_fixture():
 
 
 @pytest.mark.parametrize(
-    "topology, mesh, cores", [("v2-8", [2, 2, 1, 2], 8), ("v3-8", [2, 2, 1, 2], 8), ("v4-8", [2, 2, 1, 1], 4)]
+    "topology, mesh, cores",
+    [("v2-8", [2, 2, 1, 2], 8), ("v3-8", [2, 2, 1, 2], 8), ("v4-8", [2, 2, 1, 1], 4)],
 )
 def test_resolver_answers_as_a_one_host_tpu(topology, mesh, cores):
     resolver = FakeTPUClusterResolver(topology)
@@ -103,7 +104,11 @@ def test_resolver_answers_as_a_one_host_tpu(topology, mesh, cores):
     assert (resolver.task_type, resolver.task_id) == ("worker", 0)
     metadata = resolver.get_tpu_system_metadata()
     assert isinstance(metadata, tf.tpu.experimental.TPUSystemMetadata)
-    assert (metadata.num_cores, metadata.num_hosts, metadata.num_of_cores_per_host) == (cores, 1, cores)
+    assert (metadata.num_cores, metadata.num_hosts, metadata.num_of_cores_per_host) == (
+        cores,
+        1,
+        cores,
+    )
     assert metadata.topology is None  # As TF's: initialize_tpu_system gives the topology.
     assert [d.name for d in metadata.devices] == [CPU.format(i) for i in range(cores)]
 
@@ -117,9 +122,15 @@ def test_resolver_takes_any_mesh():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(topology="v9-8"), "Unknown TPU topology 'v9-8'; the presets are 'v2-8', 'v3-8', 'v4-8'."),
+        (
+            dict(topology="v9-8"),
+            "Unknown TPU topology 'v9-8'; the presets are 'v2-8', 'v3-8', 'v4-8'.",
+        ),
         (dict(mesh_shape=(2, 2, 1)), "got (2, 2, 1). For example mesh_shape=(2, 2, 1, 2)"),
-        (dict(mesh_shape=(2, 2, 0, 2)), "four positive ints (x, y, z, cores_per_chip); got (2, 2, 0, 2)"),
+        (
+            dict(mesh_shape=(2, 2, 0, 2)),
+            "four positive ints (x, y, z, cores_per_chip); got (2, 2, 0, 2)",
+        ),
         (dict(mesh_shape=(2, 2, 1, 2.0)), "got (2, 2, 1, 2.0)"),
         (dict(mesh_shape=(2, True, 1, 2)), "got (2, True, 1, 2)"),
         (dict(mesh_shape=8), "got 8."),
@@ -192,7 +203,9 @@ def test_device_assignment_of_the_whole_mesh():
 
 def test_system_calls_refuse_a_real_resolver():
     real = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec({}))
-    with pytest.raises(TypeError, match="must be a compat_distribute.testing.FakeTPUClusterResolver"):
+    with pytest.raises(
+        TypeError, match="must be a compat_distribute.testing.FakeTPUClusterResolver"
+    ):
         initialize_tpu_system(real)
 
 
@@ -282,7 +295,9 @@ def test_run_refuses_too_many_positional_arguments_as_a_tpu(v3_8):
     def step(x):
         return v3_8.run(lambda x: x, args=(x, x))
 
-    with pytest.raises(ValueError, match=r"Too many positional arguments passed to call to TPUStrategy\.run\(\)\."):
+    with pytest.raises(
+        ValueError, match=r"Too many positional arguments passed to call to TPUStrategy\.run\(\)\."
+    ):
         step(tf.constant(1.0))
 
 
@@ -338,14 +353,21 @@ def test_device_assignment_sets_replicas_and_logical_cores(model_parallel):
     assignment = model_parallel.extended._device_assignment  # pylint: disable=protected-access
     for r in range(4):
         for c in range(2):
-            assert model_parallel.extended._tpu_devices[r, c] == CPU.format(  # pylint: disable=protected-access
+            assert model_parallel.extended._tpu_devices[
+                r, c
+            ] == CPU.format(  # pylint: disable=protected-access
                 assignment.tpu_ordinal(replica=r, logical_core=c)
             )
-    assert (model_parallel.extended.num_hosts, model_parallel.extended.num_replicas_per_host) == (1, 4)
+    assert (model_parallel.extended.num_hosts, model_parallel.extended.num_replicas_per_host) == (
+        1,
+        4,
+    )
 
     @tf.function
     def step():
-        return model_parallel.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", 1.0))
+        return model_parallel.run(
+            lambda: tf.distribute.get_replica_context().all_reduce("SUM", 1.0)
+        )
 
     assert values(step(), model_parallel) == [4.0] * 4
 
@@ -468,7 +490,9 @@ def test_per_replica_input_mode_is_refused_as_on_a_tpu(v3_8):
 
 def test_ragged_input_with_device_prefetch_is_refused_as_on_a_tpu(v3_8):
     ragged = tf.data.Dataset.from_tensor_slices(tf.ragged.constant([[1], [2, 3]] * 8)).batch(8)
-    with pytest.raises(ValueError, match="TPUStrategy does not support distributed datasets with device prefetch"):
+    with pytest.raises(
+        ValueError, match="TPUStrategy does not support distributed datasets with device prefetch"
+    ):
         v3_8.experimental_distribute_dataset(ragged)
     no_prefetch = tf.distribute.InputOptions(experimental_fetch_to_device=False)
     v3_8.experimental_distribute_dataset(ragged, no_prefetch)  # accepted, as on a TPU
@@ -479,9 +503,7 @@ def test_ragged_input_with_device_prefetch_is_refused_as_on_a_tpu(v3_8):
 
 def make_counter(strategy):
     with strategy.scope():
-        return tf.Variable(
-            0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
-        )
+        return tf.Variable(0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
 
 def test_run_steps_runs_steps_per_run_steps_on_the_device(v1_steps):
@@ -507,7 +529,9 @@ def test_run_steps_runs_steps_per_run_steps_on_the_device(v1_steps):
 
 def test_run_steps_on_iterator_runs_iterations_on_the_device(v1_steps):
     counter = make_counter(v1_steps)
-    iterator = v1_steps.make_dataset_iterator(tf.data.Dataset.range(1000).batch(8, drop_remainder=True))
+    iterator = v1_steps.make_dataset_iterator(
+        tf.data.Dataset.range(1000).batch(8, drop_remainder=True)
+    )
 
     def replica_fn(x):
         counter.assign_add(1)
@@ -522,7 +546,9 @@ def test_run_steps_on_iterator_runs_iterations_on_the_device(v1_steps):
     assert counter.numpy() == 3
     assert int(ctx.run_op) == 3
     assert values(ctx.last_step_outputs["x"], v1_steps) == [[16 + i] for i in range(8)]
-    with pytest.raises(ValueError, match=r"iterations must be a positive int \(>= 1\); got 0 \(int\)"):
+    with pytest.raises(
+        ValueError, match=r"iterations must be a positive int \(>= 1\); got 0 \(int\)"
+    ):
         v1_steps.extended.experimental_run_steps_on_iterator(step, iterator, iterations=0)
 
 
@@ -543,7 +569,9 @@ def test_v1_tpu_strategy_with_device_assignment():
     assignment = tf.tpu.experimental.DeviceAssignment.build(
         initialize_tpu_system(resolver), computation_shape=[1, 1, 1, 2], num_replicas=4
     )
-    strategy = compat_distribute.TPUStrategy(resolver, steps_per_run=2, device_assignment=assignment)
+    strategy = compat_distribute.TPUStrategy(
+        resolver, steps_per_run=2, device_assignment=assignment
+    )
     assert strategy.num_replicas_in_sync == 4
     assert strategy.extended.steps_per_run == 2
     with pytest.raises(ValueError, match=r"steps_per_run must be a positive int \(>= 1\); got 0"):
@@ -587,7 +615,9 @@ def test_fake_tpu_routes_tensorflow_and_restores_it_exactly():
     fake = fake_tpu("v4-8")
     with fake:
         assert fake.active
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-tpu", zone="us-central1-b")
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu="my-tpu", zone="us-central1-b"
+        )
         assert isinstance(resolver, FakeTPUClusterResolver)
         assert isinstance(resolver, tf.distribute.cluster_resolver.TPUClusterResolver)
         assert resolver.num_accelerators() == {"TPU": 4}
@@ -616,11 +646,15 @@ def test_fake_tpu_start_stop_and_nesting():
     try:
         assert isinstance(outer, FakeTPU)
         with fake_tpu("v4-8"):
-            assert tf.distribute.cluster_resolver.TPUClusterResolver().num_accelerators() == {"TPU": 4}
+            assert tf.distribute.cluster_resolver.TPUClusterResolver().num_accelerators() == {
+                "TPU": 4
+            }
         assert tf.distribute.cluster_resolver.TPUClusterResolver().num_accelerators() == {"TPU": 8}
     finally:
         outer.stop()
-    assert tf.distribute.cluster_resolver.TPUClusterResolver is not outer._resolver_class  # pylint: disable=protected-access
+    assert (
+        tf.distribute.cluster_resolver.TPUClusterResolver is not outer._resolver_class
+    )  # pylint: disable=protected-access
 
 
 def test_tpu_strategy_docstring_split_example_runs_verbatim():
@@ -633,13 +667,12 @@ def test_tpu_strategy_docstring_split_example_runs_verbatim():
     with fake_tpu(mesh_shape=[1, 2, 2, 2]):
         # From TPUStrategyV2.experimental_split_to_logical_devices, verbatim:
         # Initializing TPU system with 8 logical devices and 1 replica.
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu='')
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
         tf.config.experimental_connect_to_cluster(resolver)
         topology = tf.tpu.experimental.initialize_tpu_system(resolver)
         device_assignment = tf.tpu.experimental.DeviceAssignment.build(
-            topology,
-            computation_shape=[1, 2, 2, 2],
-            num_replicas=1)
+            topology, computation_shape=[1, 2, 2, 2], num_replicas=1
+        )
         # Construct the TPUStrategy. Since we are going to split the image across
         # logical devices, here we set `experimental_spmd_xla_partitioning=True`
         # so that the partitioning can be compiled in SPMD mode, which usually
@@ -648,20 +681,21 @@ def test_tpu_strategy_docstring_split_example_runs_verbatim():
         # parameters. Note that this flag is suggested but not a hard requirement
         # for `experimental_split_to_logical_devices`.
         strategy = tf.distribute.TPUStrategy(
-            resolver, experimental_device_assignment=device_assignment,
-            experimental_spmd_xla_partitioning=True)
+            resolver,
+            experimental_device_assignment=device_assignment,
+            experimental_spmd_xla_partitioning=True,
+        )
 
         iterator = iter(inputs)
 
         @tf.function()
         def step_fn(inputs):
-          inputs = strategy.experimental_split_to_logical_devices(
-            inputs, [1, 2, 4, 1])
+            inputs = strategy.experimental_split_to_logical_devices(inputs, [1, 2, 4, 1])
 
-          # model() function will be executed on 8 logical devices with `inputs`
-          # split 2 * 4  ways.
-          output = model(inputs)
-          return output
+            # model() function will be executed on 8 logical devices with `inputs`
+            # split 2 * 4  ways.
+            output = model(inputs)
+            return output
 
         result = strategy.run(step_fn, args=(next(iterator),))
         # (end of the example)
@@ -676,40 +710,41 @@ def test_tpu_strategy_class_docstring_keras_example_runs_verbatim():
     with fake_tpu("v3-8"), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # Keras on input_shape=
         # From TPUStrategyV2's docstring, verbatim:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu='')
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.TPUStrategy(resolver)
 
         with strategy.scope():
-          model = tf.keras.Sequential([
-            tf.keras.layers.Dense(2, input_shape=(5,)),
-          ])
-          optimizer = tf.keras.optimizers.SGD(learning_rate=0.1)
+            model = tf.keras.Sequential(
+                [
+                    tf.keras.layers.Dense(2, input_shape=(5,)),
+                ]
+            )
+            optimizer = tf.keras.optimizers.SGD(learning_rate=0.1)
 
         def dataset_fn(ctx):
-          x = np.random.random((2, 5)).astype(np.float32)
-          y = np.random.randint(2, size=(2, 1))
-          dataset = tf.data.Dataset.from_tensor_slices((x, y))
-          return dataset.repeat().batch(1, drop_remainder=True)
-        dist_dataset = strategy.distribute_datasets_from_function(
-            dataset_fn)
+            x = np.random.random((2, 5)).astype(np.float32)
+            y = np.random.randint(2, size=(2, 1))
+            dataset = tf.data.Dataset.from_tensor_slices((x, y))
+            return dataset.repeat().batch(1, drop_remainder=True)
+
+        dist_dataset = strategy.distribute_datasets_from_function(dataset_fn)
         iterator = iter(dist_dataset)
 
         @tf.function()
         def train_step(iterator):
 
-          def step_fn(inputs):
-            features, labels = inputs
-            with tf.GradientTape() as tape:
-              logits = model(features, training=True)
-              loss = tf.keras.losses.sparse_categorical_crossentropy(
-                  labels, logits)
+            def step_fn(inputs):
+                features, labels = inputs
+                with tf.GradientTape() as tape:
+                    logits = model(features, training=True)
+                    loss = tf.keras.losses.sparse_categorical_crossentropy(labels, logits)
 
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
-          strategy.run(step_fn, args=(next(iterator),))
+            strategy.run(step_fn, args=(next(iterator),))
 
         weights = model.trainable_variables[0].numpy()
         train_step(iterator)
@@ -722,10 +757,9 @@ def test_tpu_strategy_class_docstring_keras_example_runs_verbatim():
 
 
 def test_sixteen_core_mesh_in_a_fresh_process(run_python):
-    result = run_python(
-        """
+    result = run_python("""
         import tensorflow as tf
-        from compat_distribute.testing.fake_tpu import fake_tpu
+        from compat_distribute.testing import fake_tpu
 
         with fake_tpu(mesh_shape=(2, 2, 2, 2)):
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
@@ -746,7 +780,6 @@ def test_sixteen_core_mesh_in_a_fresh_process(run_python):
             print(resolver.num_accelerators()["TPU"], strategy.num_replicas_in_sync,
                   sorted({float(s) for s in sums}), len(tf.config.list_logical_devices("CPU")),
                   split.num_replicas_in_sync, split.extended.num_replicas_per_host)
-        """
-    )
+        """)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split("\n")[-2] == "16 16 [120.0] 16 4 4"

@@ -15,7 +15,7 @@ import tensorflow as tf
 import compat_distribute
 from compat_distribute import keras as cd_keras
 from compat_distribute.testing import cluster
-from compat_distribute.testing import fake_tpu
+from compat_distribute import testing
 
 keras = pytest.importorskip("keras")
 
@@ -78,7 +78,7 @@ def test_reference_training_learns(reference):
 
 
 def test_fit_on_fake_tpu_matches_one_device(reference):
-    strategy = compat_distribute.TPUStrategy(fake_tpu.FakeTPUClusterResolver("v3-8"))
+    strategy = compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver("v3-8"))
     assert strategy.num_replicas_in_sync == 8
     assert_matches(train(strategy, cd_keras.steps_per_execution(strategy)), reference)
 
@@ -93,7 +93,7 @@ def test_steps_per_run_becomes_steps_per_execution_with_one_local_replica(refere
     # A one-core fake TPU: a MirroredStrategy of one replica, where Keras'
     # multi-step loop works.
     strategy = compat_distribute.TPUStrategy(
-        fake_tpu.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 1)), steps_per_run=4
+        testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 1)), steps_per_run=4
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", cd_keras.KerasStepsWarning)
@@ -119,7 +119,7 @@ def test_keras_multi_step_bug_is_real():
 
 def test_helper_warns_and_uses_1_where_keras_would_fail(reference):
     strategy = compat_distribute.TPUStrategy(
-        fake_tpu.FakeTPUClusterResolver("v3-8"), steps_per_run=4
+        testing.FakeTPUClusterResolver("v3-8"), steps_per_run=4
     )
     with pytest.warns(cd_keras.KerasStepsWarning) as record:
         kwargs = cd_keras.keras_compile_kwargs(strategy)
@@ -138,7 +138,7 @@ def test_helper_warns_and_uses_1_where_keras_would_fail(reference):
 
 def test_helper_raises_when_asked():
     strategy = compat_distribute.TPUStrategy(
-        fake_tpu.FakeTPUClusterResolver("v3-8"), steps_per_run=3
+        testing.FakeTPUClusterResolver("v3-8"), steps_per_run=3
     )
     with pytest.raises(
         ValueError,

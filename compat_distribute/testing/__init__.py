@@ -22,11 +22,12 @@ __getattr__, __dir__, __all__ = _lazy.attach(
             "worker_strategy",
         ),
         "compat_distribute.testing.devices": ("set_virtual_devices",),
-        "compat_distribute.testing.fake_tpu": (
+        "compat_distribute.testing._fake_tpu": (
             "TOPOLOGIES",
             "FakeTPU",
             "FakeTPUClusterResolver",
             "FakeTPUStrategy",
+            "fake_tpu",
             "initialize_tpu_system",
             "shutdown_tpu_system",
         ),

@@ -40,7 +40,7 @@ def _tpu(raw):
 
 
 def _topology(raw):
-    from compat_distribute.testing import fake_tpu  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing import _fake_tpu as fake_tpu
 
     if raw in fake_tpu.TOPOLOGIES:
         return raw

@@ -62,13 +62,13 @@ class Backend:
         """The resolver to pass to `compat_distribute.TPUStrategy`."""
         if self.is_real:
             return self.resolver
-        from compat_distribute.testing import fake_tpu  # pylint: disable=g-import-not-at-top
+        from compat_distribute.testing import _fake_tpu as fake_tpu
 
         return fake_tpu.FakeTPUClusterResolver(self.topology, strict=self.strict)
 
 
 def fake_backend(settings, note=""):
-    from compat_distribute.testing import fake_tpu  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing import _fake_tpu as fake_tpu
 
     return Backend(
         kind="fake",

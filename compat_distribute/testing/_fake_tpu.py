@@ -496,7 +496,11 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         if _context.executing_eagerly() and not any(
             _is_distributed_variable(a) for a in (*args, *(kwargs or {}).values())
         ):
-            key = (_steps._fn_key(fn), len(args), tuple(kwargs or ()))  # pylint: disable=protected-access
+            key = (
+                _steps._fn_key(fn),
+                len(args),
+                tuple(kwargs or ()),
+            )  # pylint: disable=protected-access
             try:
                 if key in self._checked_calls:
                     return
