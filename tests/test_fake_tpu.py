@@ -578,26 +578,70 @@ def test_v1_tpu_strategy_with_device_assignment():
         compat_distribute.TPUStrategy(resolver, steps_per_run=0)
 
 
-# Strict mode's hook.
+# Strict mode: the XLA compile check runs the first time each step is traced.
 
 
-def test_strict_mode_checks_each_step_function_once(monkeypatch):
-    calls = []
-    monkeypatch.setattr(fake_tpu_lib, "_STRICT_CHECK", lambda fn, a, k, s: calls.append(fn))
+def _bad_replica_fn(x):
+    as_text = tf.strings.as_string(x)  # no XLA kernel
+    doubled = tf.cast(x, tf.float64) * 2.0  # float64: no TPU support
+    return tf.cast(doubled, tf.float32) + tf.cast(tf.strings.length(as_text), tf.float32)
+
+
+def _clean_replica_fn(x, w):
+    loss = tf.reduce_sum(x * w)
+    total = tf.distribute.get_replica_context().all_reduce("SUM", loss)
+    w.assign_sub(0.1 * total)
+    return total
+
+
+def _train(strategy):
+    with strategy.scope():
+        w = tf.Variable(1.0)
+    dataset = tf.data.Dataset.range(32).map(lambda i: tf.cast(i, tf.float32)).batch(8)
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    totals = strategy.run_steps(lambda x: _clean_replica_fn(x, w), iterator, steps=3)
+    return [float(t) for t in strategy.experimental_local_results(totals)], float(w.numpy())
+
+
+def test_strict_mode_refuses_a_bad_step_listing_every_problem():
+    from compat_distribute.testing import TPUCompatibilityError
+
     strict = FakeTPUStrategy(FakeTPUClusterResolver("v4-8", strict=True))
-    lenient = FakeTPUStrategy(FakeTPUClusterResolver("v4-8"))
-
-    def replica_fn(x):
-        return x + 1.0
 
     @tf.function
-    def step(strategy, x):
-        return strategy.run(replica_fn, args=(x,))
+    def step(x):
+        return strict.run(_bad_replica_fn, args=(x,))
 
-    step(strict, tf.constant(1.0))
-    step(strict, tf.constant([1.0]))  # retraced; checked already
-    step(lenient, tf.constant(1.0))
-    assert calls == [replica_fn]
+    with pytest.raises(TPUCompatibilityError) as info:
+        step(tf.constant(1.0))
+    message = str(info.value)
+    # One entry per offending line, though each op exists once per replica.
+    assert "_bad_replica_fn: 2 TPU problem(s)" in message
+    assert "XLA has no kernel for AsString" in message
+    assert "No registered 'AsString' OpKernel for XLA_CPU_JIT devices" in message  # TF's own text
+    assert "produces float64, which the TPU does not support" in message
+    source_lines = {(p.filename, p.lineno) for p in info.value.report.problems}
+    first = _bad_replica_fn.__code__.co_firstlineno
+    assert source_lines == {(__file__, first + 1), (__file__, first + 2)}
+    lenient = FakeTPUStrategy(FakeTPUClusterResolver("v4-8"))
+
+    @tf.function
+    def lenient_step(x):
+        return lenient.run(_bad_replica_fn, args=(x,))
+
+    # 2 * 1.0 + len("1.000000"): the lenient fake runs what a TPU would refuse.
+    assert [float(v) for v in lenient.experimental_local_results(lenient_step(1.0))] == [10.0] * 4
+
+
+def test_strict_mode_runs_a_clean_step_as_non_strict_mode_does():
+    strict = compat_distribute.TPUStrategy(FakeTPUClusterResolver("v4-8", strict=True))
+    lenient = compat_distribute.TPUStrategy(FakeTPUClusterResolver("v4-8"))
+    assert _train(strict) == _train(lenient)
+    totals, w = _train(strict)
+    # Per step: total = sum(batch) * w on every replica, then w -= 0.1 * total.
+    # Batches sum to 28, 92, 156: w = 1 -> -1.8 -> 14.76 -> -215.496.
+    assert totals == [pytest.approx(156 * 14.76)] * 4
+    assert w == pytest.approx(-215.496)
 
 
 # fake_tpu(): unmodified TPU code.

@@ -496,11 +496,7 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         if _context.executing_eagerly() and not any(
             _is_distributed_variable(a) for a in (*args, *(kwargs or {}).values())
         ):
-            key = (
-                _steps._fn_key(fn),
-                len(args),
-                tuple(kwargs or ()),
-            )  # pylint: disable=protected-access
+            key = (_steps._fn_key(fn), len(args), tuple(kwargs or ()))
             try:
                 if key in self._checked_calls:
                     return
@@ -525,7 +521,12 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
             self._checked_keys.add(key)
         except TypeError:  # unhashable callable: check every time.
             pass
-        _STRICT_CHECK(fn, args, kwargs, self)
+        from compat_distribute.testing import xla_check
+
+        # Traced as strategy.run would trace it, inside the caller's trace, so
+        # distributed arguments are captured as they are. The nested run finds
+        # `fn` checked already.
+        xla_check.ensure_tpu_compatible(fn, args, kwargs, strategy=self)
 
     @property
     def cluster_resolver(self):
@@ -548,13 +549,6 @@ def _is_distributed_variable(value):
     flat = tf.nest.flatten(value)
     return bool(flat) and isinstance(flat[0], _values.DistributedVariable)
 
-
-def _no_strict_check(fn, args, kwargs, strategy):
-    """Where strict mode's XLA compile check plugs in (compat_distribute.testing.xla_check)."""
-    del fn, args, kwargs, strategy
-
-
-_STRICT_CHECK = _no_strict_check
 
 _members.serve(FakeTPUStrategy, _members.TPU, _members.STRATEGY)
 

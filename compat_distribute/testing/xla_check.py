@@ -188,6 +188,9 @@ _COLLECTIVE_OP = re.compile(
 
 _XLA_DEVICE = "XLA_CPU_JIT"
 
+# MirroredStrategy names each replica's copy of an op "replica_<i>/<name>".
+_REPLICA_PREFIX = re.compile(r"^replica_\d+/")
+
 
 @dataclasses.dataclass(frozen=True)
 class TPUProblem:
@@ -281,6 +284,10 @@ class TPUCompatibilityError(ValueError):
     compile errors surface as ValueError from `experimental_get_compiler_ir`.
     `.report` holds the full `TPUCompatibilityReport`.
     """
+
+    # Raised while a tf.function traces the step: autograph re-raises it as is
+    # instead of wrapping it in a StagingError.
+    ag_pass_through = True
 
     def __init__(self, report: TPUCompatibilityReport):
         self.report = report
@@ -499,8 +506,10 @@ class _Walker:
         # (the rest of a float64 computation, its gradient, the function's
         # output Identity) are reported where it was made.
         inherited = {d for d in in_dtypes if d not in TPU_DTYPES}
-        # Without a source line, fall back to the op itself for the dedup key.
-        where = (filename, lineno) if filename else (function, op_name)
+        # Without a source line, fall back to the op itself for the dedup key;
+        # the copies a multi-replica strategy makes of it (replica_1/..., ...)
+        # are one problem.
+        where = (filename, lineno) if filename else (function, _REPLICA_PREFIX.sub("", op_name))
         if op_type in HOST_OPS:
             self._add(
                 HOST_ROUND_TRIP,
@@ -598,7 +607,8 @@ def _xla_error_text(error: Exception) -> str:
     prefix = "Failed getting HLO text: '"
     if text.startswith(prefix):
         text = text[len(prefix) :].rstrip("'")
-    return text.strip()
+    # The stack TF appends is where this check rebuilt the op, not the user's line.
+    return text.split("The op is created at:")[0].strip()
 
 
 def _compile(function, args, kwargs) -> str | None:
@@ -788,7 +798,13 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibility
     step, specs = _replica_step(fn, strategy, args, kwargs)
     name = getattr(fn, "__name__", type(fn).__name__)
 
-    concrete = tf.function(step).get_concrete_function(*specs)
+    try:
+        # Without autograph the ops keep the user's own frames (strategy.run
+        # would otherwise run autograph's generated copy of `fn`, and the
+        # source line is lost). Steps that need autograph are traced with it.
+        concrete = tf.function(step, autograph=False).get_concrete_function(*specs)
+    except Exception:  # pylint: disable=broad-except
+        concrete = tf.function(step).get_concrete_function(*specs)
     walker = _Walker()
     walker.walk_graph(concrete.graph)
 
