@@ -35,7 +35,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # pylint: disable=g-import-not-at-top
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
+import tensorflow as tf
+
+from compat_distribute import testing  # pylint: disable=g-import-not-at-top
+
+FAKE_TPU_CORES = 4
+testing.set_virtual_devices(FAKE_TPU_CORES)  # pylint: disable=g-import-not-at-top
 
 from compat_distribute.testing import xla_check  # pylint: disable=g-import-not-at-top
 
@@ -139,6 +144,36 @@ def measure(make_step, strategy, warm_steps=50):
     }
 
 
+def fake_tpu_strict(warm_steps):
+    """Strict against lenient fake TPU (v4-8): first trace, and a warm step."""
+    strategies = {
+        name: testing.FakeTPUStrategy(testing.FakeTPUClusterResolver("v4-8", strict=strict))
+        for name, strict in (("strict", True), ("lenient", False))
+    }
+    x = tf.random.normal([FAKE_TPU_CORES * 8, 64], seed=2)
+    steps, first = {}, {}
+    # Alternate which one traces first, twice, so warm-up is not billed to one side.
+    for order in (("strict", "lenient"), ("lenient", "strict")):
+        for name in order:
+            strategy = strategies[name]
+            replica_step, _ = training_step_factory(strategy)
+            step = tf.function(lambda x, s=strategy, f=replica_step: s.run(f, args=(x,)))
+            first.setdefault(name, []).append(_timed(lambda: step(x))[0])
+            steps[name] = step
+    warm_strict, warm_lenient = _warm_medians(
+        [lambda: steps["strict"](x), lambda: steps["lenient"](x)], warm_steps
+    )
+    return {
+        "first_trace_strict_s": statistics.median(first["strict"]),
+        "first_trace_lenient_s": statistics.median(first["lenient"]),
+        "first_trace_ratio": statistics.median(first["strict"])
+        / statistics.median(first["lenient"]),
+        "warm_step_strict_s": warm_strict,
+        "warm_step_lenient_s": warm_lenient,
+        "warm_step_ratio": warm_strict / warm_lenient,
+    }
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warm-steps", type=int, default=300)
@@ -171,8 +206,21 @@ def main(argv=None):
         "strict_default_ok": worst <= 0.10,
         "machine": _common.machine(),
     }
+    fake = fake_tpu_strict(options.warm_steps)
+    payload["fake_tpu_strict"] = fake
+    payload["strict_default_ok"] = payload["strict_default_ok"] and fake["warm_step_ratio"] <= 1.10
     mirrored = results["mirrored_one_cpu"]
     payload["table"] = [
+        {
+            "measure": "fake TPU strict / lenient: warm step (v4-8)",
+            "value": f"{fake['warm_step_ratio']:.3f}",
+            "target": "<= 1.10 to be on by default",
+        },
+        {
+            "measure": "fake TPU strict / lenient: first trace (v4-8)",
+            "value": f"{fake['first_trace_ratio']:.2f}",
+            "target": "",
+        },
         {
             "measure": "strict mode: warm step checked / unchecked (MirroredStrategy)",
             "value": f"{1 + mirrored['warm_step_overhead']:.3f}",

@@ -623,7 +623,7 @@ def test_strict_mode_refuses_a_bad_step_listing_every_problem():
     source_lines = {(p.filename, p.lineno) for p in info.value.report.problems}
     first = _bad_replica_fn.__code__.co_firstlineno
     assert source_lines == {(__file__, first + 1), (__file__, first + 2)}
-    lenient = FakeTPUStrategy(FakeTPUClusterResolver("v4-8"))
+    lenient = FakeTPUStrategy(FakeTPUClusterResolver("v4-8", strict=False))
 
     @tf.function
     def lenient_step(x):
@@ -631,6 +631,12 @@ def test_strict_mode_refuses_a_bad_step_listing_every_problem():
 
     # 2 * 1.0 + len("1.000000"): the lenient fake runs what a TPU would refuse.
     assert [float(v) for v in lenient.experimental_local_results(lenient_step(1.0))] == [10.0] * 4
+
+
+def test_strict_mode_is_off_by_default():
+    assert FakeTPUClusterResolver().strict is False
+    assert fake_tpu().resolver().strict is False
+    assert FakeTPUClusterResolver(strict=True).strict is True
 
 
 def test_strict_mode_runs_a_clean_step_as_non_strict_mode_does():
