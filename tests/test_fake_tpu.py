@@ -276,6 +276,23 @@ def test_run_gives_per_replica_results_and_all_reduce_sums(v3_8):
     assert float(v3_8.reduce(tf.distribute.ReduceOp.SUM, ids, axis=None)) == 280.0
 
 
+def double_positive(x):
+    # Defined outside the tf.function, so only run's own AutoGraph call
+    # converts it.
+    if x > 0:  # a tensor condition: needs AutoGraph, as on a TPU
+        return x * 2.0
+    return -x
+
+
+def test_step_functions_are_converted_by_autograph(v3_8):
+    @tf.function
+    def step(x):
+        return v3_8.run(double_positive, args=(x,))
+
+    assert values(step(tf.constant(3.0)), v3_8) == [6.0] * 8
+    assert values(step(tf.constant(-3.0)), v3_8) == [3.0] * 8
+
+
 def test_run_accepts_a_tf_function_eagerly(v3_8):
     @tf.function
     def replica_fn(x):
@@ -572,6 +589,7 @@ def test_v1_tpu_strategy_with_device_assignment():
     strategy = compat_distribute.TPUStrategy(
         resolver, steps_per_run=2, device_assignment=assignment
     )
+    assert strategy.cluster_resolver is resolver
     assert strategy.num_replicas_in_sync == 4
     assert strategy.extended.steps_per_run == 2
     with pytest.raises(ValueError, match=r"steps_per_run must be a positive int \(>= 1\); got 0"):

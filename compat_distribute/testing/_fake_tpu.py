@@ -474,9 +474,7 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         self._checked_keys = set()  # step functions strict mode checked
         self._checked_calls = set()  # (fn, arity) whose run arguments passed
 
-    # Not converted by AutoGraph when called inside a tf.function: this is
-    # library code, as TF's own strategies are.
-    @tf.autograph.experimental.do_not_convert
+    # Not marked do_not_convert: that would also switch AutoGraph off for `fn`.
     def run(self, fn, args=(), kwargs=None, options=None):
         """`TPUStrategy.run`: `fn` must be a `tf.function` or run inside one."""
         _tf_tpu.validate_run_function(fn)
