@@ -38,7 +38,9 @@ def main():
     shim_step, raw_step = make_step(shim), make_step(raw)
     value = tf.constant([1.0, 2.0])
     rows = {
-        "MWMS run step (tf.function, all-reduce)": _common.compare(shim_step, raw_step, number=50),
+        "MWMS run step (tf.function, all-reduce)": _common.compare(
+            shim_step, raw_step, repeats=40, number=50
+        ),
         "MWMS reduce(SUM, value) eager": _common.compare(
             lambda: shim.reduce("SUM", value),
             lambda: raw.reduce("SUM", value, axis=None),

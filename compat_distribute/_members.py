@@ -75,7 +75,11 @@ def _reduce(self, reduce_op, value, axis=None):
     TF2's multi-worker reduce takes one value at a time and rejects an axis on
     a scalar, and Keras 3's fit() relies on both under MultiWorkerMirroredStrategy.
     """
-    from tensorflow.python.util import nest  # pylint: disable=g-import-not-at-top
+    if axis is None and not isinstance(value, (list, tuple, dict)):
+        # The common call, a single value: no per-leaf work.
+        return distribute_lib.StrategyBase.reduce(self, reduce_op, value, None)
+
+    from tensorflow.python.util import nest
 
     def reduce_one(leaf):
         leaf_axis = None if _rank(leaf) == 0 else axis
