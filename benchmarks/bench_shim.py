@@ -64,6 +64,13 @@ def main():
             "<= 1.02",
         ),
     ]
+    table.append(
+        _common.table_row(
+            "noise floor: the same TF call on both (experimental_local_results)",
+            rows["MWMS experimental_local_results eager"],
+            "1.00 +- noise",
+        )
+    )
     _common.report("shim", rows, table)
 
 
