@@ -32,9 +32,7 @@ class KerasStepsWarning(UserWarning):
 
 
 def _hits_keras_multi_step_bug(strategy):
-    from tensorflow.python.distribute import (
-        mirrored_strategy,
-    )  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute import mirrored_strategy
 
     # CollectiveAllReduceExtended (multi-worker) and the fake TPU's extended
     # are MirroredExtended too. Keras' multi-step loop breaks with 2+ replicas,

@@ -51,9 +51,7 @@ class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf_collective.Collectiv
     def __init__(self, communication=CollectiveCommunication.AUTO, cluster_resolver=None):
         communication = _validate.communication(communication)
         _validate.cluster_resolver("cluster_resolver", cluster_resolver, tpu=False)
-        from tensorflow.python.distribute import (
-            collective_util,
-        )
+        from tensorflow.python.distribute import collective_util
 
         # Keywords only: V1 and V2 take these two in opposite orders.
         super().__init__(

@@ -371,9 +371,7 @@ class FakeTPUExtended(_mirrored.MirroredExtended):
 
     @property
     def tpu_hardware_feature(self):
-        from tensorflow.python.tpu import (
-            tpu_hardware_feature,
-        )  # pylint: disable=g-import-not-at-top
+        from tensorflow.python.tpu import tpu_hardware_feature
 
         return tpu_hardware_feature.HardwareFeature(self._tpu_cluster_resolver.tpu_hardware_feature)
 

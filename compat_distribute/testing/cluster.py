@@ -600,9 +600,7 @@ def worker_strategy(factory=None):
     """
     current_task()  # Raises outside a worker.
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tensorflow.python.distribute import (
-        collective_all_reduce_strategy as cas,
-    )  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.distribute import collective_all_reduce_strategy as cas
 
     if factory is None:
         factory = tf.distribute.MultiWorkerMirroredStrategy
