@@ -205,7 +205,7 @@ def pytest_collection_modifyitems(config, items):
     if backend.is_real:
         return
     settings = config.stash[_SETTINGS]
-    # A skip mark, not pytest.skip() here, so the report points at the test.
+    # A skip mark rather than a skip call here, so the report points at the test.
     skip = pytest.mark.skip(
         reason=f"needs a real TPU; the TPU here is {backend.describe()} "
         f"(--tpu={settings.tpu}, from {settings.source('tpu')})"
