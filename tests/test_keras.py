@@ -91,9 +91,10 @@ def test_fit_on_one_worker_multi_worker_shim_matches_one_device(reference):
 
 def test_steps_per_run_becomes_steps_per_execution_with_one_local_replica(reference):
     # A one-core fake TPU: a MirroredStrategy of one replica, where Keras'
-    # multi-step loop works.
+    # multi-step loop works. Strict: Keras' train step compiles for a TPU (the
+    # dataset's unknown batch dimension is static on a TPU).
     strategy = compat_distribute.TPUStrategy(
-        testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 1)), steps_per_run=4
+        testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 1), strict=True), steps_per_run=4
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", cd_keras.KerasStepsWarning)

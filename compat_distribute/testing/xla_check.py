@@ -764,6 +764,17 @@ def _replica_step(fn, strategy, args, kwargs):
     return replica_step, specs
 
 
+def _static(specs):
+    return [
+        (
+            tf.TensorSpec([1 if d is None else d for d in spec.shape], spec.dtype)
+            if spec.shape.rank is not None
+            else spec
+        )
+        for spec in specs
+    ]
+
+
 def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibilityReport:
     """Checks that `fn(*args, **kwargs)` compiles for a TPU, without running it.
 
@@ -809,7 +820,9 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibility
     walker.walk_graph(concrete.graph)
 
     if strategy is None or strategy.num_replicas_in_sync == 1:
-        message = _compile(tf.function(step, jit_compile=True), specs, {})
+        # A TPU step always sees static shapes (TPUStrategy's input pipeline pads
+        # or drops the partial batch), so unknown dimensions compile as 1.
+        message = _compile(tf.function(step, jit_compile=True), _static(specs), {})
         compiled = message is None
         if message is not None:
             _explain_compile_failure(walker, message, concrete.graph.name)
