@@ -31,3 +31,23 @@ def run_python(code, *, timeout=120, env=None):
 @pytest.fixture(name="run_python")
 def run_python_fixture():
     return run_python
+
+
+# TensorFlow 2.21 can block for minutes at interpreter exit while it destroys
+# tf.data iterators whose prefetch threads are still parked (seen in
+# UnboundedThreadPool::LogicalThreadWrapper's destructor). Every result is
+# reported by then, so the session ends the process itself, with pytest's
+# exit status, once every other plugin has unconfigured.
+_EXIT_STATUS = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _EXIT_STATUS.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    if _EXIT_STATUS and not hasattr(config, "workerinput"):  # not inside an xdist worker
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT_STATUS[-1])
