@@ -8,7 +8,8 @@ to do instead.
 import numbers
 
 
-def _show(value):
+def show(value):
+    """A value as error messages show it: its repr and its type."""
     return f"{value!r} ({type(value).__name__})"
 
 
@@ -18,9 +19,9 @@ def positive_int(name, value, *, default=None, hint=""):
         return default
     # bool is an int subclass, and numpy integers are not ints: check both ways.
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive int; got {_show(value)}.{hint}")
+        raise TypeError(f"{name} must be a positive int; got {show(value)}.{hint}")
     if value < 1:
-        raise ValueError(f"{name} must be a positive int (>= 1); got {_show(value)}.{hint}")
+        raise ValueError(f"{name} must be a positive int (>= 1); got {show(value)}.{hint}")
     return int(value)
 
 
@@ -57,7 +58,7 @@ def communication(value):
             f"{value.upper()} instead."
         )
     raise ValueError(
-        f"communication must be one of {accepted}; got {_show(value)}. "
+        f"communication must be one of {accepted}; got {show(value)}. "
         f"Import it as compat_distribute.CollectiveCommunication."
     )
 
@@ -70,7 +71,7 @@ def device_assignment(value):
     if not isinstance(value, da_lib.DeviceAssignment):
         raise TypeError(
             f"device_assignment must be None or a "
-            f"tf.tpu.experimental.DeviceAssignment; got {_show(value)}. Build one "
+            f"tf.tpu.experimental.DeviceAssignment; got {show(value)}. Build one "
             f"with tf.tpu.experimental.DeviceAssignment.build(topology, "
             f"computation_shape=..., num_replicas=...), where topology is what "
             f"tf.tpu.experimental.initialize_tpu_system(resolver) returned."
@@ -92,7 +93,7 @@ def cluster_resolver(name, value, *, tpu):
     if not isinstance(value, cr_lib.ClusterResolver):
         raise TypeError(
             f"{name} must be None or a "
-            f"tf.distribute.cluster_resolver.ClusterResolver; got {_show(value)}."
+            f"tf.distribute.cluster_resolver.ClusterResolver; got {show(value)}."
         )
     is_tpu = isinstance(value, tpu_cr_lib.TPUClusterResolver) or hasattr(
         value, "compat_distribute_strategy"

@@ -661,13 +661,7 @@ def tpu_target(name, steps_per_run, *, timeout=CONNECT_TIMEOUT_S):
     cores = topology.num_tasks * topology.num_tpus_per_task
     strategy = tpu.TPUStrategy(resolver, steps_per_run=steps_per_run)
 
-    def split_strategy():
-        assignment = _two_cores_per_replica(topology)
-        return (
-            tpu.TPUStrategy(resolver, steps_per_run=steps_per_run, device_assignment=assignment),
-            2,
-        )
-
+    split_strategy = _split_strategy(resolver, lambda: topology, steps_per_run)
     return Target(
         strategy=strategy,
         device=f"TPU {name} ({cores} cores on {topology.num_tasks} host(s))",
@@ -676,6 +670,24 @@ def tpu_target(name, steps_per_run, *, timeout=CONNECT_TIMEOUT_S):
         split_strategy=split_strategy if cores >= 2 else None,
         info={"backend": "tpu", "tpu": name},
     )
+
+
+def _split_strategy(resolver, topology, steps_per_run):
+    """Builds, on demand, a TPUStrategy whose replicas span two logical cores.
+
+    `topology` is called only then (the fake's initialize_tpu_system is cheap
+    but not free).
+    """
+    from compat_distribute import tpu
+
+    def build():
+        assignment = _two_cores_per_replica(topology())
+        return (
+            tpu.TPUStrategy(resolver, steps_per_run=steps_per_run, device_assignment=assignment),
+            2,
+        )
+
+    return build
 
 
 def _two_cores_per_replica(topology):
@@ -702,13 +714,9 @@ def fake_tpu_target(topology, steps_per_run):
     strategy = tpu.TPUStrategy(resolver, steps_per_run=steps_per_run)
     cores = resolver.num_cores
 
-    def split_strategy():
-        assignment = _two_cores_per_replica(fake_tpu.initialize_tpu_system(resolver))
-        return (
-            tpu.TPUStrategy(resolver, steps_per_run=steps_per_run, device_assignment=assignment),
-            2,
-        )
-
+    split_strategy = _split_strategy(
+        resolver, lambda: fake_tpu.initialize_tpu_system(resolver), steps_per_run
+    )
     return Target(
         strategy=strategy,
         device=f"fake TPU {topology} ({cores} cores on {cores} virtual CPU devices)",

@@ -67,6 +67,8 @@ import warnings
 import weakref
 from multiprocessing import connection as mp_connection
 
+from compat_distribute import _validate
+
 __all__ = [
     "ClusterError",
     "ClusterTaskError",
@@ -104,10 +106,6 @@ _EXIT_GRACE_S = 2.0
 _PORT_CLASH_MARKERS = ("Could not start gRPC server", "Failed to add port to server")
 # A port taken between picking and binding is retried this many times.
 _PORT_CLASH_RETRIES = 3
-
-
-def _show(value):
-    return f"{value!r} ({type(value).__name__})"
 
 
 # --------------------------------------------------------------------------
@@ -164,7 +162,7 @@ def parse_tf_config(text) -> TFConfig:
             the message names the key, e.g. `TF_CONFIG['task']['index']`.
     """
     if not isinstance(text, (str, bytes)):
-        raise TypeError(f"TF_CONFIG must be a JSON string; got {_show(text)}.")
+        raise TypeError(f"TF_CONFIG must be a JSON string; got {_validate.show(text)}.")
     try:
         config = json.loads(text)
     except json.JSONDecodeError as e:
@@ -173,7 +171,7 @@ def parse_tf_config(text) -> TFConfig:
             f"{e.colno} (char {e.pos}) in {text!r}."
         ) from None
     if not isinstance(config, dict):
-        raise _bad_tf_config("", f"must be a JSON object; got {_show(config)}.")
+        raise _bad_tf_config("", f"must be a JSON object; got {_validate.show(config)}.")
     unknown = sorted(set(config) - set(_TF_CONFIG_KEYS))
     if unknown:
         raise _bad_tf_config(
@@ -186,21 +184,22 @@ def parse_tf_config(text) -> TFConfig:
         raise _bad_tf_config(
             "['cluster']",
             f"must be an object mapping each job name to a list of 'host:port' "
-            f"strings; got {_show(raw_cluster)}.",
+            f"strings; got {_validate.show(raw_cluster)}.",
         )
     cluster = {}
     for job, addrs in raw_cluster.items():
         where = f"['cluster'][{job!r}]"
         if not isinstance(addrs, list) or not addrs:
             raise _bad_tf_config(
-                where, f"must be a non-empty list of 'host:port' strings; got {_show(addrs)}."
+                where,
+                f"must be a non-empty list of 'host:port' strings; got {_validate.show(addrs)}.",
             )
         for i, addr in enumerate(addrs):
             host, sep, port = addr.rpartition(":") if isinstance(addr, str) else ("", "", "")
             if not (host and sep and port.isdigit() and int(port) <= 65535):
                 raise _bad_tf_config(
                     f"{where}[{i}]",
-                    f"must be a 'host:port' string with a port in 0..65535; got {_show(addr)}.",
+                    f"must be a 'host:port' string with a port in 0..65535; got {_validate.show(addr)}.",
                 )
         cluster[job] = tuple(addrs)
 
@@ -209,7 +208,8 @@ def parse_tf_config(text) -> TFConfig:
         task = config["task"]
         if not isinstance(task, dict):
             raise _bad_tf_config(
-                "['task']", f"must be an object {{'type': job, 'index': int}}; got {_show(task)}."
+                "['task']",
+                f"must be an object {{'type': job, 'index': int}}; got {_validate.show(task)}.",
             )
         if "type" not in task:
             raise _bad_tf_config("['task']['type']", f"is missing; got task {task!r}.")
@@ -220,7 +220,7 @@ def parse_tf_config(text) -> TFConfig:
         ):
             raise _bad_tf_config(
                 "['task']['type']",
-                f"must name a job of TF_CONFIG['cluster'] (jobs: {jobs}); got {_show(task_type)}.",
+                f"must name a job of TF_CONFIG['cluster'] (jobs: {jobs}); got {_validate.show(task_type)}.",
             )
         task_id = task.get("index", 0)
         size = len(cluster.get(task_type, ("evaluator",)))
@@ -228,7 +228,7 @@ def parse_tf_config(text) -> TFConfig:
             raise _bad_tf_config(
                 "['task']['index']",
                 f"must be an int in 0..{size - 1} (job {task_type!r} has {size} "
-                f"task(s)); got {_show(task_id)}.",
+                f"task(s)); got {_validate.show(task_id)}.",
             )
         unknown = sorted(set(task) - {"type", "index"})
         if unknown:
@@ -238,7 +238,9 @@ def parse_tf_config(text) -> TFConfig:
 
     for key in ("rpc_layer", "environment"):
         if key in config and not isinstance(config[key], str):
-            raise _bad_tf_config(f"[{key!r}]", f"must be a string; got {_show(config[key])}.")
+            raise _bad_tf_config(
+                f"[{key!r}]", f"must be a string; got {_validate.show(config[key])}."
+            )
     return TFConfig(cluster, task_type, task_id, config.get("rpc_layer"), config.get("environment"))
 
 
@@ -496,7 +498,7 @@ def _resolve(obj, qualname):
 def _function_reference(fn):
     """(module, qualname) that a fresh process can import `fn` by, or raises."""
     if not callable(fn):
-        raise TypeError(f"fn must be a module-level function; got {_show(fn)}.")
+        raise TypeError(f"fn must be a module-level function; got {_validate.show(fn)}.")
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None)
     fix = (
@@ -506,7 +508,7 @@ def _function_reference(fn):
     if not isinstance(module, str) or not isinstance(qualname, str):
         raise TypeError(
             f"fn must be a module-level function, found in a worker by "
-            f"module:qualname; {_show(fn)} has no __module__/__qualname__.{fix}"
+            f"module:qualname; {_validate.show(fn)} has no __module__/__qualname__.{fix}"
         )
     if "<lambda>" in qualname:
         raise ValueError(
@@ -543,7 +545,7 @@ def _function_reference(fn):
         found = _resolve_or_none(mod, qualname) if mod is not None else None
     if found is not fn:
         raise ValueError(
-            f"fn {_show(fn)} is not reachable as {module}:{qualname} (was the "
+            f"fn {_validate.show(fn)} is not reachable as {module}:{qualname} (was the "
             f"name rebound, or is it a method or a functools.partial?).{fix}"
         )
     return module, qualname
@@ -709,11 +711,11 @@ class LocalCluster:
         start_timeout=None,
         network="auto",
     ):
-        self._num_workers = _positive_int("num_workers", num_workers)
+        self._num_workers = _validate.positive_int("num_workers", num_workers)
         if not isinstance(has_chief, bool):
-            raise TypeError(f"has_chief must be True or False; got {_show(has_chief)}.")
+            raise TypeError(f"has_chief must be True or False; got {_validate.show(has_chief)}.")
         self._has_chief = has_chief
-        self._devices_per_worker = _positive_int("devices_per_worker", devices_per_worker)
+        self._devices_per_worker = _validate.positive_int("devices_per_worker", devices_per_worker)
         self._timeout = _positive_seconds("timeout", timeout)
         self._start_timeout = (
             max(self._timeout, 60.0)
@@ -1267,20 +1269,12 @@ def local_cluster(
 # Argument checks
 
 
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive int; got {_show(value)}.")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int (>= 1); got {_show(value)}.")
-    return int(value)
-
-
 def _positive_seconds(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of seconds; got {_show(value)}.")
+        raise TypeError(f"{name} must be a number of seconds; got {_validate.show(value)}.")
     if not value > 0 or value != value or value == float("inf"):
         raise ValueError(
-            f"{name} must be a finite number of seconds > 0; got {_show(value)}. "
+            f"{name} must be a finite number of seconds > 0; got {_validate.show(value)}. "
             f"Every call needs a bound so that a hung task cannot hang the caller."
         )
     return float(value)
@@ -1290,7 +1284,7 @@ def _check_network(network):
     if not isinstance(network, str) or network not in _NETWORKS:
         raise ValueError(
             f"network must be one of {', '.join(repr(n) for n in _NETWORKS)}; got "
-            f"{_show(network)}. 'private' keeps the tasks' servers off the host's "
+            f"{_validate.show(network)}. 'private' keeps the tasks' servers off the host's "
             f"interfaces, 'host' shares this process's network, 'auto' picks private "
             f"where the platform allows it."
         )
@@ -1301,11 +1295,11 @@ def _check_env(env):
     if env is None:
         return {}
     if not isinstance(env, dict):
-        raise TypeError(f"env must be a dict of str -> str; got {_show(env)}.")
+        raise TypeError(f"env must be a dict of str -> str; got {_validate.show(env)}.")
     for key, value in env.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(
-                f"env must map str -> str; env[{key!r}] = {_show(value)}. Convert "
+                f"env must map str -> str; env[{key!r}] = {_validate.show(value)}. Convert "
                 f"values with str()."
             )
     if "TF_CONFIG" in env:
