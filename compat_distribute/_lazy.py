@@ -1,9 +1,10 @@
-"""Public names imported on first use.
+"""Names imported on first use: public faces, and the adapters to TensorFlow internals.
 
 `import compat_distribute` must stay cheap: pytest imports the package for its
 plugin entry point in every run, with or without TensorFlow work to do, and
 importing TensorFlow costs seconds. Each package lists its public names per
-module; a name's module is imported when the name is first looked up.
+module; a name's module is imported when the name is first looked up. The
+adapters (`_tf.py`) list TensorFlow internals the same way, as strings.
 """
 
 import importlib
@@ -29,3 +30,26 @@ def attach(package, exports):
         return sorted(set(vars(sys.modules[package])) | set(where))
 
     return __getattr__, __dir__, tuple(sorted(where))
+
+
+def load(target):
+    """The object a target names: `"package.module"` or `"package.module:Attr.attr"`."""
+    module, _, attrs = target.partition(":")
+    obj = importlib.import_module(module)
+    for attr in attrs.split(".") if attrs else ():
+        obj = getattr(obj, attr)
+    return obj
+
+
+def adapter(module_name, internals):
+    """Returns `__getattr__` for an adapter module serving `internals` (name -> target)."""
+
+    def __getattr__(name):  # pylint: disable=invalid-name
+        target = internals.get(name)
+        if target is None:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        value = load(target)
+        setattr(sys.modules[module_name], name, value)
+        return value
+
+    return __getattr__

@@ -21,9 +21,8 @@ The README's migration table is generated from `TABLE` (see `migration_table`).
 import dataclasses
 import warnings
 
-from tensorflow.python.distribute import distribute_lib
-
 from compat_distribute import _steps
+from compat_distribute import _tf
 
 WORKS = "works"
 RENAMED = "renamed"
@@ -77,15 +76,15 @@ def _reduce(self, reduce_op, value, axis=None):
     """
     if axis is None and not isinstance(value, (list, tuple, dict)):
         # The common call, a single value: no per-leaf work.
-        return distribute_lib.StrategyBase.reduce(self, reduce_op, value, None)
+        return _tf.StrategyBase.reduce(self, reduce_op, value, None)
 
-    from tensorflow.python.util import nest
+    import tensorflow as tf
 
     def reduce_one(leaf):
         leaf_axis = None if _rank(leaf) == 0 else axis
-        return distribute_lib.StrategyBase.reduce(self, reduce_op, leaf, leaf_axis)
+        return _tf.StrategyBase.reduce(self, reduce_op, leaf, leaf_axis)
 
-    return nest.map_structure(reduce_one, value)
+    return tf.nest.map_structure(reduce_one, value)
 
 
 def _rank(value):
@@ -105,20 +104,21 @@ def _experimental_run(self, fn, input_iterator=None):
 
 def _make_dataset_iterator(self, dataset):
     """V1 iterator with `initialize()` and `get_next()`."""
-    return self.extended._make_dataset_iterator(dataset)  # pylint: disable=protected-access
+    return _tf.make_dataset_iterator(self.extended, dataset)
 
 
 def _make_input_fn_iterator(self, input_fn, replication_mode=None):
-    mode = replication_mode or distribute_lib.InputReplicationMode.PER_WORKER
-    if mode != distribute_lib.InputReplicationMode.PER_WORKER:
+    import tensorflow as tf
+
+    per_worker = tf.distribute.InputReplicationMode.PER_WORKER
+    mode = replication_mode or per_worker
+    if mode != per_worker:
         raise ValueError(
             f"replication_mode must be InputReplicationMode.PER_WORKER (the only mode "
             f"TF1 supported); got {mode!r}."
         )
     with self.scope():
-        return self.extended._make_input_fn_iterator(  # pylint: disable=protected-access
-            input_fn, replication_mode=mode
-        )
+        return _tf.make_input_fn_iterator(self.extended, input_fn, mode)
 
 
 def _experimental_make_numpy_dataset(self, numpy_input, session=None):
@@ -126,9 +126,7 @@ def _experimental_make_numpy_dataset(self, numpy_input, session=None):
 
 
 def _configure(self, session_config=None, cluster_spec=None, task_type=None, task_id=None):
-    return self.extended._configure(  # pylint: disable=protected-access
-        session_config, cluster_spec, task_type, task_id
-    )
+    return _tf.configure(self.extended, session_config, cluster_spec, task_type, task_id)
 
 
 def _no_ops(self):
@@ -161,7 +159,7 @@ def _hints_to_options(options, experimental_hints):
 def _reduce_to(self, reduce_op, value, destinations, options=None, experimental_hints=None):
     """`reduce_to` that also takes TF1's `experimental_hints` (a CollectiveHints)."""
     options = _hints_to_options(options, experimental_hints)
-    return distribute_lib.StrategyExtendedV2.reduce_to(
+    return _tf.StrategyExtendedV2.reduce_to(
         self, reduce_op, value, destinations, options=options
     )
 
@@ -170,7 +168,7 @@ def _batch_reduce_to(
     self, reduce_op, value_destination_pairs, options=None, experimental_hints=None
 ):
     options = _hints_to_options(options, experimental_hints)
-    return distribute_lib.StrategyExtendedV2.batch_reduce_to(
+    return _tf.StrategyExtendedV2.batch_reduce_to(
         self, reduce_op, value_destination_pairs, options=options
     )
 

@@ -9,6 +9,7 @@ a tensor, so a different step count does not retrace.
 
 import types
 
+from compat_distribute import _tf
 from compat_distribute import _validate
 
 _CACHE_ATTR = "_compat_distribute_step_loops"
@@ -86,8 +87,6 @@ def experimental_run_steps_on_iterator(
     `initial_loop_values` is accepted for V1 compatibility; as in TF1, `fn`
     does not see it.
     """
-    from tensorflow.python.distribute import input_lib
-
     del initial_loop_values
     n = _steps_tensor("iterations", iterations, 1)
     key = ("run_steps_on_iterator", _fn_key(fn), id(iterator))
@@ -97,27 +96,23 @@ def experimental_run_steps_on_iterator(
         entry = loops[key] = _make_iterator_loop(extended, fn, iterator)
     loop, traced = entry
     outputs = loop(n)
-    ctx = input_lib.MultiStepContext()
     template = traced["ctx"]
-    ctx._set_last_step_outputs(dict(outputs))  # pylint: disable=protected-access
-    ctx._last_step_outputs_reduce_ops = dict(  # pylint: disable=protected-access
-        template._last_step_outputs_reduce_ops  # pylint: disable=protected-access
+    ctx = _tf.multi_step_context(
+        outputs, _tf.last_step_reduce_ops(template), template.non_tensor_outputs
     )
-    ctx._non_tensor_outputs = dict(template.non_tensor_outputs)  # pylint: disable=protected-access
     ctx.run_op = n
     return ctx
 
 
 def _make_iterator_loop(extended, fn, iterator):
     import tensorflow as tf
-    from tensorflow.python.distribute import input_lib
 
     traced = {}
-    strategy = extended._container_strategy()  # pylint: disable=protected-access
+    strategy = _tf.container_strategy(extended)
 
     @tf.function(autograph=True)
     def loop(iterations):
-        ctx = input_lib.MultiStepContext()
+        ctx = _tf.MultiStepContext()
         traced["ctx"] = ctx
         with strategy.scope():
             fn(ctx, iterator.get_next())

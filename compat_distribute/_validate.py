@@ -37,13 +37,13 @@ def steps_per_run(value):
 
 def communication(value):
     """Returns the `CommunicationImplementation` member that `value` names."""
-    from tensorflow.python.distribute import collective_util
+    from compat_distribute import _tf
 
-    enum = collective_util.CommunicationImplementation
+    enum = _tf.CommunicationImplementation
     if isinstance(value, enum):
         return value
     accepted = ", ".join(f"CollectiveCommunication.{m.name}" for m in enum)
-    if isinstance(value, collective_util.Options):
+    if isinstance(value, _tf.CommunicationOptions):
         raise TypeError(
             f"communication must be a CollectiveCommunication member; got a "
             f"CommunicationOptions object. Pass communication="
@@ -66,9 +66,9 @@ def communication(value):
 def device_assignment(value):
     if value is None:
         return None
-    from tensorflow.python.tpu import device_assignment as da_lib
+    import tensorflow as tf
 
-    if not isinstance(value, da_lib.DeviceAssignment):
+    if not isinstance(value, tf.tpu.experimental.DeviceAssignment):
         raise TypeError(
             f"device_assignment must be None or a "
             f"tf.tpu.experimental.DeviceAssignment; got {show(value)}. Build one "
@@ -87,15 +87,15 @@ def cluster_resolver(name, value, *, tpu):
     """
     if value is None:
         return None
-    from tensorflow.python.distribute.cluster_resolver import cluster_resolver as cr_lib
-    from tensorflow.python.distribute.cluster_resolver import tpu_cluster_resolver as tpu_cr_lib
+    import tensorflow as tf
 
-    if not isinstance(value, cr_lib.ClusterResolver):
+    resolvers = tf.distribute.cluster_resolver
+    if not isinstance(value, resolvers.ClusterResolver):
         raise TypeError(
             f"{name} must be None or a "
             f"tf.distribute.cluster_resolver.ClusterResolver; got {show(value)}."
         )
-    is_tpu = isinstance(value, tpu_cr_lib.TPUClusterResolver) or hasattr(
+    is_tpu = isinstance(value, resolvers.TPUClusterResolver) or hasattr(
         value, "compat_distribute_strategy"
     )
     if tpu and not is_tpu:

@@ -32,13 +32,13 @@ class KerasStepsWarning(UserWarning):
 
 
 def _hits_keras_multi_step_bug(strategy):
-    from tensorflow.python.distribute import mirrored_strategy
+    from compat_distribute import _tf
 
     # CollectiveAllReduceExtended (multi-worker) and the fake TPU's extended
     # are MirroredExtended too. Keras' multi-step loop breaks with 2+ replicas,
     # also with one replica in each of two workers.
     return (
-        isinstance(strategy.extended, mirrored_strategy.MirroredExtended)
+        isinstance(strategy.extended, _tf.MirroredExtended)
         and strategy.num_replicas_in_sync > 1
     )
 

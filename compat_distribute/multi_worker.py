@@ -1,17 +1,15 @@
 """`MultiWorkerMirroredStrategy` with TF1's signature, over TF2's strategy."""
 
-from tensorflow.python.distribute import collective_all_reduce_strategy as _tf_collective
-from tensorflow.python.distribute import cross_device_ops as _cross_device_ops
-
 from compat_distribute import _members
 from compat_distribute import _steps
+from compat_distribute import _tf
 from compat_distribute import _validate
 
 # TF's own enum object (an alias of CommunicationImplementation), as TF1 exported it.
-from tensorflow.python.distribute.collective_util import CollectiveCommunication
+CollectiveCommunication = _tf.CollectiveCommunication
 
 
-class _CollectiveExtended(_tf_collective.CollectiveAllReduceExtended):
+class _CollectiveExtended(_tf.CollectiveAllReduceExtended):
     """TF2's CollectiveAllReduceExtended with the V1 extended members."""
 
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
@@ -29,7 +27,7 @@ class _CollectiveExtended(_tf_collective.CollectiveAllReduceExtended):
             value_destination_pairs = [
                 (
                     value,
-                    dest if _cross_device_ops.check_destinations(dest) else self.worker_devices[0],
+                    dest if _tf.check_destinations(dest) else self.worker_devices[0],
                 )
                 for value, dest in value_destination_pairs
             ]
@@ -39,7 +37,7 @@ class _CollectiveExtended(_tf_collective.CollectiveAllReduceExtended):
 _members.serve(_CollectiveExtended, _members.MWMS, _members.EXTENDED)
 
 
-class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf_collective.CollectiveAllReduceStrategy):
+class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf.CollectiveAllReduceStrategy):
     """`tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy`'s signature on TF2.
 
     A `tf.distribute.MultiWorkerMirroredStrategy` built with
@@ -51,12 +49,10 @@ class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf_collective.Collectiv
     def __init__(self, communication=CollectiveCommunication.AUTO, cluster_resolver=None):
         communication = _validate.communication(communication)
         _validate.cluster_resolver("cluster_resolver", cluster_resolver, tpu=False)
-        from tensorflow.python.distribute import collective_util
-
         # Keywords only: V1 and V2 take these two in opposite orders.
         super().__init__(
             cluster_resolver=cluster_resolver,
-            communication_options=collective_util.Options(implementation=communication),
+            communication_options=_tf.CommunicationOptions(implementation=communication),
         )
         self.extended.__class__ = _CollectiveExtended
 

@@ -7,14 +7,13 @@ spmd_xla_partitioning)` builds its own strategy (the fake TPU in
 resolver gets a real `tf.distribute.TPUStrategy`.
 """
 
-from tensorflow.python.distribute import tpu_strategy as _tf_tpu
-
 from compat_distribute import _members
 from compat_distribute import _steps
+from compat_distribute import _tf
 from compat_distribute import _validate
 
 
-class _TPUExtended(_tf_tpu.TPUExtended):
+class _TPUExtended(_tf.TPUExtended):
     """TF2's TPUExtended with the V1 extended members of the member table."""
 
 
@@ -29,7 +28,7 @@ def _check_args(tpu_cluster_resolver, steps_per_run, device_assignment):
     )
 
 
-class TPUStrategy(_steps.RunStepsMixin, _tf_tpu.TPUStrategyV2):
+class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
     """`tf.compat.v1.distribute.experimental.TPUStrategy`'s signature on TF2.
 
     On a real TPU this is a `tf.distribute.TPUStrategy` built with

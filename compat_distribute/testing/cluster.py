@@ -50,7 +50,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import importlib
-import json
 import numbers
 import os
 import pickle
@@ -68,6 +67,7 @@ import weakref
 from multiprocessing import connection as mp_connection
 
 from compat_distribute import _validate
+from compat_distribute._tf_config import TFConfig, parse_tf_config  # re-exported
 
 __all__ = [
     "ClusterError",
@@ -106,142 +106,6 @@ _EXIT_GRACE_S = 2.0
 _PORT_CLASH_MARKERS = ("Could not start gRPC server", "Failed to add port to server")
 # A port taken between picking and binding is retried this many times.
 _PORT_CLASH_RETRIES = 3
-
-
-# --------------------------------------------------------------------------
-# TF_CONFIG
-
-
-_TF_CONFIG_KEYS = (
-    "cluster",
-    "task",
-    "rpc_layer",
-    "environment",
-    # Read by tf.estimator's RunConfig; harmless elsewhere.
-    "session_master",
-    "eval_session_master",
-    "model_dir",
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class TFConfig:
-    """A validated `TF_CONFIG`: the cluster, this process's task, the RPC layer."""
-
-    cluster: dict[str, tuple[str, ...]]
-    task_type: str | None = None
-    task_id: int | None = None
-    rpc_layer: str | None = None
-    environment: str | None = None
-
-    def to_json(self) -> str:
-        config = {"cluster": {job: list(addrs) for job, addrs in self.cluster.items()}}
-        if self.task_type is not None:
-            config["task"] = {"type": self.task_type, "index": self.task_id}
-        if self.rpc_layer is not None:
-            config["rpc_layer"] = self.rpc_layer
-        if self.environment is not None:
-            config["environment"] = self.environment
-        return json.dumps(config)
-
-
-def _bad_tf_config(where, problem):
-    return ValueError(f"TF_CONFIG{where} {problem}")
-
-
-def parse_tf_config(text) -> TFConfig:
-    """Parses and validates the text of a `TF_CONFIG` environment variable.
-
-    Accepts `{"cluster": {job: ["host:port", ...]}, "task": {"type": job,
-    "index": i}, "rpc_layer": "grpc"}` (task and rpc_layer optional; an
-    "evaluator" task may sit outside the cluster, as TF expects).
-
-    Raises:
-        TypeError: `text` is not a str.
-        ValueError: the JSON is malformed (with its position) or a key is wrong;
-            the message names the key, e.g. `TF_CONFIG['task']['index']`.
-    """
-    if not isinstance(text, (str, bytes)):
-        raise TypeError(f"TF_CONFIG must be a JSON string; got {_validate.show(text)}.")
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(
-            f"TF_CONFIG is not valid JSON: {e.msg} at line {e.lineno} column "
-            f"{e.colno} (char {e.pos}) in {text!r}."
-        ) from None
-    if not isinstance(config, dict):
-        raise _bad_tf_config("", f"must be a JSON object; got {_validate.show(config)}.")
-    unknown = sorted(set(config) - set(_TF_CONFIG_KEYS))
-    if unknown:
-        raise _bad_tf_config(
-            f"[{unknown[0]!r}]",
-            f"is not a TF_CONFIG key; the keys are {', '.join(_TF_CONFIG_KEYS)}.",
-        )
-
-    raw_cluster = config.get("cluster", {})
-    if not isinstance(raw_cluster, dict):
-        raise _bad_tf_config(
-            "['cluster']",
-            f"must be an object mapping each job name to a list of 'host:port' "
-            f"strings; got {_validate.show(raw_cluster)}.",
-        )
-    cluster = {}
-    for job, addrs in raw_cluster.items():
-        where = f"['cluster'][{job!r}]"
-        if not isinstance(addrs, list) or not addrs:
-            raise _bad_tf_config(
-                where,
-                f"must be a non-empty list of 'host:port' strings; got {_validate.show(addrs)}.",
-            )
-        for i, addr in enumerate(addrs):
-            host, sep, port = addr.rpartition(":") if isinstance(addr, str) else ("", "", "")
-            if not (host and sep and port.isdigit() and int(port) <= 65535):
-                raise _bad_tf_config(
-                    f"{where}[{i}]",
-                    f"must be a 'host:port' string with a port in 0..65535; got {_validate.show(addr)}.",
-                )
-        cluster[job] = tuple(addrs)
-
-    task_type = task_id = None
-    if "task" in config:
-        task = config["task"]
-        if not isinstance(task, dict):
-            raise _bad_tf_config(
-                "['task']",
-                f"must be an object {{'type': job, 'index': int}}; got {_validate.show(task)}.",
-            )
-        if "type" not in task:
-            raise _bad_tf_config("['task']['type']", f"is missing; got task {task!r}.")
-        task_type = task["type"]
-        jobs = ", ".join(repr(j) for j in cluster) or "none"
-        if not isinstance(task_type, str) or (
-            task_type not in cluster and task_type != "evaluator"
-        ):
-            raise _bad_tf_config(
-                "['task']['type']",
-                f"must name a job of TF_CONFIG['cluster'] (jobs: {jobs}); got {_validate.show(task_type)}.",
-            )
-        task_id = task.get("index", 0)
-        size = len(cluster.get(task_type, ("evaluator",)))
-        if isinstance(task_id, bool) or not isinstance(task_id, int) or not 0 <= task_id < size:
-            raise _bad_tf_config(
-                "['task']['index']",
-                f"must be an int in 0..{size - 1} (job {task_type!r} has {size} "
-                f"task(s)); got {_validate.show(task_id)}.",
-            )
-        unknown = sorted(set(task) - {"type", "index"})
-        if unknown:
-            raise _bad_tf_config(
-                f"['task'][{unknown[0]!r}]", "is not a task key; the keys are 'type' and 'index'."
-            )
-
-    for key in ("rpc_layer", "environment"):
-        if key in config and not isinstance(config[key], str):
-            raise _bad_tf_config(
-                f"[{key!r}]", f"must be a string; got {_validate.show(config[key])}."
-            )
-    return TFConfig(cluster, task_type, task_id, config.get("rpc_layer"), config.get("environment"))
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,77 @@
+"""The one adapter to TensorFlow internals used by the core.
+
+Each `tensorflow.python` object the core touches is named once, in `INTERNALS`,
+and imported on first use, so importing this module imports no TensorFlow.
+Protected members of TensorFlow objects are reached only through the functions
+below, and listed in `PROTECTED`. `tests/test_tf_adapters.py` checks every entry
+against the installed TensorFlow: after an upgrade it names what moved.
+Public TensorFlow API (`tf.distribute...`) is used directly, not from here.
+"""
+
+from compat_distribute import _lazy
+
+_DISTRIBUTE = "tensorflow.python.distribute"
+
+INTERNALS = {
+    # The TF2 classes the shims subclass.
+    "TPUStrategyV2": f"{_DISTRIBUTE}.tpu_strategy:TPUStrategyV2",
+    "TPUExtended": f"{_DISTRIBUTE}.tpu_strategy:TPUExtended",
+    "CollectiveAllReduceStrategy": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategy",
+    "CollectiveAllReduceExtended": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceExtended",
+    "MirroredExtended": f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended",
+    # Base implementations the V1 members call past TF2's overrides.
+    "StrategyBase": f"{_DISTRIBUTE}.distribute_lib:StrategyBase",
+    "StrategyExtendedV2": f"{_DISTRIBUTE}.distribute_lib:StrategyExtendedV2",
+    # Collective communication, as TF1 named it.
+    "CollectiveCommunication": f"{_DISTRIBUTE}.collective_util:CollectiveCommunication",
+    "CommunicationImplementation": f"{_DISTRIBUTE}.collective_util:CommunicationImplementation",
+    "CommunicationOptions": f"{_DISTRIBUTE}.collective_util:Options",
+    "check_destinations": f"{_DISTRIBUTE}.cross_device_ops:check_destinations",
+    # The V1 multi-step loop's context object.
+    "MultiStepContext": f"{_DISTRIBUTE}.input_lib:MultiStepContext",
+}
+
+# (owner, protected member) that the functions below rely on; the member is on
+# the owner class, or on an instance built with no arguments.
+PROTECTED = (
+    (f"{_DISTRIBUTE}.input_lib:MultiStepContext", "_set_last_step_outputs"),
+    (f"{_DISTRIBUTE}.input_lib:MultiStepContext", "_last_step_outputs_reduce_ops"),
+    (f"{_DISTRIBUTE}.input_lib:MultiStepContext", "_non_tensor_outputs"),
+    (f"{_DISTRIBUTE}.distribute_lib:StrategyExtendedV2", "_make_dataset_iterator"),
+    (f"{_DISTRIBUTE}.distribute_lib:StrategyExtendedV2", "_make_input_fn_iterator"),
+    (f"{_DISTRIBUTE}.distribute_lib:StrategyExtendedV2", "_configure"),
+    (f"{_DISTRIBUTE}.distribute_lib:StrategyExtendedV2", "_container_strategy"),
+)
+
+__getattr__ = _lazy.adapter(__name__, INTERNALS)
+
+# pylint: disable=protected-access
+
+
+def multi_step_context(last_step_outputs, reduce_ops, non_tensor_outputs):
+    """A `MultiStepContext` holding the outputs of a finished multi-step loop."""
+    ctx = __getattr__("MultiStepContext")()
+    ctx._set_last_step_outputs(dict(last_step_outputs))
+    ctx._last_step_outputs_reduce_ops = dict(reduce_ops)
+    ctx._non_tensor_outputs = dict(non_tensor_outputs)
+    return ctx
+
+
+def last_step_reduce_ops(ctx):
+    return ctx._last_step_outputs_reduce_ops
+
+
+def make_dataset_iterator(extended, dataset):
+    return extended._make_dataset_iterator(dataset)
+
+
+def make_input_fn_iterator(extended, input_fn, replication_mode):
+    return extended._make_input_fn_iterator(input_fn, replication_mode=replication_mode)
+
+
+def configure(extended, session_config, cluster_spec, task_type, task_id):
+    return extended._configure(session_config, cluster_spec, task_type, task_id)
+
+
+def container_strategy(extended):
+    return extended._container_strategy()

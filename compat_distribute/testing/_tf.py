@@ -1,0 +1,59 @@
+"""The one adapter to TensorFlow internals used by the test harness.
+
+The harness's counterpart of `compat_distribute._tf`, with the same rules: each
+`tensorflow.python` object is named once in `INTERNALS` and imported on first
+use; protected members are reached only through the functions below and listed
+in `PROTECTED`; `tests/test_tf_adapters.py` checks every entry against the
+installed TensorFlow. Public TensorFlow API is used directly, not from here.
+"""
+
+import itertools
+
+from compat_distribute import _lazy
+
+_DISTRIBUTE = "tensorflow.python.distribute"
+
+INTERNALS = {
+    "CollectiveAllReduceStrategy": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategy",
+    "CollectiveAllReduceStrategyV1": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategyV1",
+}
+
+# (owner, protected member) that the functions below rely on; the member is on
+# the owner class, or on an instance built with no arguments.
+PROTECTED = (
+    (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategy", "_collective_key_base"),
+    (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategyV1", "_collective_key_base"),
+    (f"{_DISTRIBUTE}.mirrored_strategy:MirroredStrategy", "_collective_key_base"),
+)
+
+__getattr__ = _lazy.adapter(__name__, INTERNALS)
+
+# pylint: disable=protected-access
+
+# Collectives pair up by instance key, and every strategy numbers its keys from
+# a class-level `_collective_key_base`: two strategies in one process would
+# reuse each other's keys ("Collective instance 101 expected type 0 ... but got
+# type 1"). Each strategy built here takes the next range.
+COLLECTIVE_KEY_RANGE = 100_000
+_collective_key_bases = itertools.count(start=COLLECTIVE_KEY_RANGE, step=COLLECTIVE_KEY_RANGE)
+
+
+def next_collective_key_base():
+    """A collective key base no other strategy of this process uses."""
+    return next(_collective_key_bases)
+
+
+def give_own_collective_keys(strategy):
+    """Sets `strategy`'s collective key base to a fresh range (before its first collective)."""
+    strategy._collective_key_base = next_collective_key_base()
+
+
+def give_next_multi_worker_strategies_own_keys():
+    """The next multi-worker strategy built in this process takes a fresh key range.
+
+    MultiWorkerMirroredStrategy reads the class attribute while it is built,
+    so this sets the class attribute of both its V2 and V1 classes.
+    """
+    base = next_collective_key_base()
+    __getattr__("CollectiveAllReduceStrategy")._collective_key_base = base
+    __getattr__("CollectiveAllReduceStrategyV1")._collective_key_base = base

@@ -1,0 +1,52 @@
+"""The adapters to TensorFlow internals: every entry exists in the installed TensorFlow,
+and nothing else in the package imports `tensorflow.python`."""
+
+import ast
+import importlib
+import pathlib
+
+import pytest
+
+from compat_distribute import _lazy
+
+ADAPTERS = ("compat_distribute._tf", "compat_distribute.testing._tf")
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "compat_distribute"
+
+
+def _entries(kind):
+    for name in ADAPTERS:
+        module = importlib.import_module(name)
+        if kind == "internals":
+            yield from ((name, key, target) for key, target in module.INTERNALS.items())
+        else:
+            yield from ((name, owner, member) for owner, member in module.PROTECTED)
+
+
+@pytest.mark.parametrize("adapter, name, target", list(_entries("internals")))
+def test_internal_exists(adapter, name, target):
+    try:
+        value = _lazy.load(target)
+    except (ImportError, AttributeError) as e:
+        pytest.fail(f"{adapter}.{name}: this TensorFlow has no {target} ({e}); update the adapter.")
+    assert getattr(importlib.import_module(adapter), name) is value
+
+
+@pytest.mark.parametrize("adapter, owner, member", list(_entries("protected")))
+def test_protected_member_exists(adapter, owner, member):
+    cls = _lazy.load(owner)
+    if not hasattr(cls, member):
+        assert hasattr(cls(), member), (
+            f"{adapter}: this TensorFlow's {owner} has no {member}; update the adapter."
+        )
+
+
+def test_adapter_imports_no_tensorflow_until_used(run_python):
+    result = run_python(
+        """
+        import sys
+        import compat_distribute._tf, compat_distribute.testing._tf
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow"))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
