@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,
     {
-        "compat_distribute.install": ("install", "installed", "is_installed", "uninstall"),
+        "compat_distribute._routing": ("install", "installed", "is_installed", "uninstall"),
         "compat_distribute.multi_worker": (
             "CollectiveCommunication",
             "MultiWorkerMirroredStrategy",

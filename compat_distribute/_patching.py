@@ -1,12 +1,18 @@
 """Replacing names in TensorFlow's namespaces, and putting TF's own objects back.
 
 The one place that writes into `tensorflow`'s modules: `install()` routes the
-TF1 strategy names through it, and the fake TPU its TPU entry points.
+TF1 strategy names through it, and the fake TPU its TPU entry points. Each name
+has a stack: a started `Patch` pushes its value, the name shows the top of the
+stack, and a stopped one removes its own entry wherever it sits. So patches of
+the same name may start and stop in any order, and TF's original object is back
+once the last one stops.
 """
 
+import dataclasses
 
-def resolve(path):
-    """The object at dotted `path` below the `tensorflow` package."""
+
+def tf_object(path):
+    """The object at dotted `path` below the `tensorflow` package ("" for `tensorflow`)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     obj = tf
@@ -15,38 +21,63 @@ def resolve(path):
     return obj
 
 
-class Patch:
-    """Sets `(path, name) -> value` routes on `start()`; `stop()` restores them.
+@dataclasses.dataclass
+class _Stack:
+    owner: object
+    name: str
+    original: object
+    entries: list  # [(patch, value)], newest last
 
-    Restoring puts back exactly what was there, so patches of the same name
-    nest if they stop in reverse order. Also a context manager.
+    def show_top(self):
+        setattr(self.owner, self.name, self.entries[-1][1] if self.entries else self.original)
+
+
+# (id(owner), name) -> _Stack; an entry lives while any patch holds the name.
+_STACKS = {}
+
+
+class Patch:
+    """Sets `(path, name) -> value` routes on `start()`; `stop()` takes them back.
+
+    Routes naming the same object twice (two paths to one module) count once.
+    Also a context manager.
     """
 
     def __init__(self, routes):
         self._routes = tuple(routes)
-        self._saved = None
+        self._keys = None
 
     @property
     def active(self):
-        return self._saved is not None
+        return self._keys is not None
 
     def start(self):
         if self.active:
             raise RuntimeError("this patch is already started; stop() it first.")
-        saved = []
+        # Resolve every path before writing anything, so a bad path changes nothing.
+        targets = {}
         for path, name, value in self._routes:
-            owner = resolve(path)
-            saved.append((owner, name, getattr(owner, name)))
-            setattr(owner, name, value)
-        self._saved = saved
+            owner = tf_object(path)
+            targets.setdefault((id(owner), name), (owner, name, value))
+        for key, (owner, name, value) in targets.items():
+            stack = _STACKS.get(key)
+            if stack is None:
+                stack = _STACKS[key] = _Stack(owner, name, getattr(owner, name), [])
+            stack.entries.append((self, value))
+            stack.show_top()
+        self._keys = tuple(targets)
         return self
 
     def stop(self):
         if not self.active:
             return
-        for owner, name, original in reversed(self._saved):
-            setattr(owner, name, original)
-        self._saved = None
+        for key in self._keys:
+            stack = _STACKS[key]
+            stack.entries[:] = [(p, v) for p, v in stack.entries if p is not self]
+            stack.show_top()
+            if not stack.entries:
+                del _STACKS[key]
+        self._keys = None
 
     def __enter__(self):
         return self.start()

@@ -673,7 +673,7 @@ def test_strict_mode_runs_a_clean_step_as_non_strict_mode_does():
 
 def patched_names():
     return {
-        (path, name): getattr(_patching.resolve(path), name)
+        (path, name): getattr(_patching.tf_object(path), name)
         for path, name, _ in fake_tpu()._routes()  # pylint: disable=protected-access
     }
 

@@ -1,0 +1,116 @@
+"""Routes TensorFlow's historical strategy names to the shims, so unmodified code picks them up.
+
+`install()` points every public spelling of the two V1 strategy classes that
+still exists in TensorFlow 2.21 at `compat_distribute.TPUStrategy` and
+`compat_distribute.MultiWorkerMirroredStrategy`; `uninstall()` puts TF's own
+objects back; `installed()` does both around a block and restores the state it
+found. The spellings, routed or not and why, are data: `SPELLINGS`, from which
+the README's migration section is generated.
+"""
+
+import contextlib
+import dataclasses
+
+from compat_distribute import _patching
+
+TPU = "TPUStrategy"
+MWMS = "MultiWorkerMirroredStrategy"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spelling:
+    """One public name of a V1 strategy class, TF 1.13 to 2.4."""
+
+    path: str  # below `tensorflow`, e.g. "compat.v1.distribute.experimental"
+    name: str
+    shim: str  # TPU or MWMS
+    versions: str  # the TensorFlow versions that had it
+    routed: bool
+    why: str
+
+    @property
+    def spelling(self):
+        return f"tf.{self.path}.{self.name}"
+
+
+SPELLINGS = (
+    Spelling("compat.v1.distribute.experimental", TPU, TPU, "1.14-2.21", True,
+             "TF1's own class: V1 signature and members."),
+    Spelling("compat.v1.distribute.experimental", MWMS, MWMS, "1.14-2.21", True,
+             "TF1's own class: V1 signature and members."),
+    Spelling("distribute.experimental", TPU, TPU, "1.14-2.21", True,
+             "TF 1.14-1.15 code passes steps_per_run here, TF 2.0-2.2 code a device "
+             "assignment second and calls experimental_run_v2: the shim takes both."),
+    Spelling("distribute.experimental", MWMS, MWMS, "1.14-2.21", True,
+             "Same signature as V1; TF 2.0-2.1 code calls experimental_run_v2."),
+    Spelling("compat.v2.distribute.experimental", TPU, TPU, "1.14-2.21", True,
+             "The same class as tf.distribute.experimental under TF2's names."),
+    Spelling("compat.v2.distribute.experimental", MWMS, MWMS, "1.14-2.21", True,
+             "The same class as tf.distribute.experimental under TF2's names."),
+    Spelling("distribute", TPU, TPU, "2.3-2.21", False,
+             "Today's TF2 class with today's signature: code written for it needs no shim."),
+    Spelling("distribute", MWMS, MWMS, "2.4-2.21", False,
+             "Today's TF2 class with today's signature: code written for it needs no shim."),
+    Spelling("contrib.distribute", TPU, TPU, "1.12-1.15", False,
+             "tf.contrib does not exist in TF2; write tf.compat.v1.distribute.experimental.TPUStrategy."),
+    Spelling("contrib.distribute", "CollectiveAllReduceStrategy", MWMS, "1.12-1.15", False,
+             "tf.contrib does not exist in TF2; write "
+             "tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy."),
+)
+
+
+def _shim(kind):
+    if kind == TPU:
+        from compat_distribute import tpu
+
+        return tpu.TPUStrategy
+    from compat_distribute import multi_worker
+
+    return multi_worker.MultiWorkerMirroredStrategy
+
+
+_patch = None
+
+
+def _routes():
+    return [(s.path, s.name, _shim(s.shim)) for s in SPELLINGS if s.routed]
+
+
+def install():
+    """Routes every historical spelling to the shims. Installing twice is a no-op."""
+    global _patch
+    if _patch is None:
+        _patch = _patching.Patch(_routes()).start()
+
+
+def uninstall():
+    """Restores TensorFlow's own objects. A no-op when not installed."""
+    global _patch
+    if _patch is not None:
+        _patch.stop()
+        _patch = None
+
+
+def is_installed():
+    return _patch is not None
+
+
+@contextlib.contextmanager
+def installed():
+    """`install()` for the duration of a block, then the state found on entry."""
+    was_installed = is_installed()
+    install()
+    try:
+        yield
+    finally:
+        if not was_installed:
+            uninstall()
+
+
+def spellings_markdown():
+    """The README's table of historical spellings and their routes."""
+    lines = ["| spelling | TensorFlow | after `install()` | why |", "|---|---|---|---|"]
+    for s in SPELLINGS:
+        route = f"`compat_distribute.{s.shim}`" if s.routed else "not routed"
+        lines.append(f"| `{s.spelling}` | {s.versions} | {route} | {s.why} |")
+    return "\n".join(lines)
