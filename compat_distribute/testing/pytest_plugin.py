@@ -184,13 +184,16 @@ def pytest_configure(config):
     config.stash[_DEVICES] = None
     if not settings.any_given:
         return  # Nothing chosen yet; collection says what the run needs.
-    if settings.tf_devices and not _is_xdist_controller(config):
-        # Before choosing the TPU: connecting to a real one starts TensorFlow.
+    backend = None
+    if settings.tpu == "fake":  # The fake checks the count before any device exists.
+        backend = _choose_backend(config, settings)
+    if settings.tf_devices and not _is_xdist_controller(config) and not isinstance(backend, str):
         failed = _create_devices(settings.tf_devices, settings.shown("tf_devices"))
         if failed:
-            config.stash[_BACKEND] = _stop(config, failed)
-            return
-    config.stash[_BACKEND] = _choose_backend(config, settings)
+            backend = _stop(config, failed)
+    if backend is None:  # After the devices: connecting to a real TPU starts TensorFlow.
+        backend = _choose_backend(config, settings)
+    config.stash[_BACKEND] = backend
 
 
 def _backend(config):
@@ -219,6 +222,16 @@ def pytest_report_header(config):
     return f"compat_distribute: tpu={tpu}, tf-devices={devices}"
 
 
+def _fake_cores(config):
+    """The fake TPU's core count; 0 when the TPU is real or cannot be used."""
+    backend = config.stash.get(_BACKEND, None)
+    if backend is None:
+        backend = config.stash[_BACKEND] = _choose_backend(config, config.stash[_SETTINGS])
+    if backend is None or isinstance(backend, str) or backend.is_real:
+        return 0
+    return backend.num_cores
+
+
 def _devices_needed(config, items):
     """(count, why): the logical CPUs the selected `items` need, from their markers
     and the fixtures they use; count 0 when they need none."""
@@ -228,11 +241,9 @@ def _devices_needed(config, items):
     if largest > 1:
         needs.append((largest, f"the largest multi_device(n) is {largest}"))
     if any(name in _STRATEGY_FIXTURES for item in items for name in item.fixturenames):
-        backend = config.stash.get(_BACKEND, None)
-        if backend is None:
-            backend = config.stash[_BACKEND] = _choose_backend(config, config.stash[_SETTINGS])
-        if backend is not None and not isinstance(backend, str) and not backend.is_real:
-            needs.append((backend.num_cores, f"the fake TPU has {backend.num_cores} cores"))
+        cores = _fake_cores(config)
+        if cores:
+            needs.append((cores, f"the fake TPU has {cores} cores"))
     return max((n for n, _ in needs), default=0), "; ".join(why for _, why in needs)
 
 
@@ -253,10 +264,11 @@ def pytest_collection_finish(session):
         return
     failed = _create_devices(count, f"the tests need {count} logical CPU devices ({why})")
     if failed:
+        enough = max(count, _fake_cores(config))  # A given count must hold the fake too.
         config.stash[_BACKEND] = _stop(
             config,
             f"{failed}\nHere TensorFlow started during collection (a test module or "
-            f"conftest.py ran TensorFlow at import): pass --tf-devices={count}, which "
+            f"conftest.py ran TensorFlow at import): pass --tf-devices={enough}, which "
             f"creates the devices before collection.",
         )
         return
