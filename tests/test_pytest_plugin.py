@@ -76,14 +76,14 @@ def _usage_error(result):
             {"COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY": "v9-1024"},
             "",
             f"--fake-tpu-topology: expected one of {', '.join(map(repr, sorted(TOPOLOGIES)))}, "
-            "got 'v9-1024' (from environment variable COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY).",
+            "got 'v9-1024' (from environment variable COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY)\n",
         ),
         (
             [],
             {},
             "fake_tpu_strict = maybe",
             "--fake-tpu-strict: expected one of 1, true, yes, on, 0, false, no, off, "
-            "got 'maybe' (from ini key fake_tpu_strict in {ini}).",
+            "got 'maybe' (from ini key fake_tpu_strict in {ini})\n",
         ),
         (
             ["--tf-devices=100000000"],
@@ -100,14 +100,14 @@ def _usage_error(result):
             "",
             f"--tf-devices: expected at most {LIMIT} devices (the most one process gets, "
             f"compat_distribute.testing.devices.MAX_DEVICES), got '{LIMIT + 1}' (from "
-            "environment variable COMPAT_DISTRIBUTE_TF_DEVICES).",
+            "environment variable COMPAT_DISTRIBUTE_TF_DEVICES). Ask for what the tests need",
         ),
         (
             [],
             {"XLA_FLAGS": "--xla_dump_to=/tmp/x --xla_force_host_platform_device_count=eight"},
             "",
             "--tf-devices: expected a positive integer, got 'eight' (from "
-            "--xla_force_host_platform_device_count in environment variable XLA_FLAGS).",
+            "--xla_force_host_platform_device_count in environment variable XLA_FLAGS)\n",
         ),
         (
             ["--tpu=fak"],

@@ -224,9 +224,9 @@ def resolve(cli=None, env=None, ini=None, ini_path=None):
             try:
                 values[option.name] = option.parse(raw)
             except ValueError as e:
-                fix = f" {e.fix}" if isinstance(e, _Invalid) and e.fix else ""
+                fix = f". {e.fix}" if isinstance(e, _Invalid) and e.fix else ""
                 raise SettingError(
-                    f"{option.flag}: {e}, got {raw!r} (from {source}).{fix}"
+                    f"{option.flag}: {e}, got {raw!r} (from {source}){fix}"
                 ) from None
             sources.append((option.name, source))
             break
