@@ -42,7 +42,7 @@ class _Invalid(ValueError):
 
 def _device_count(raw):
     digits = raw.strip().lstrip("0") if isinstance(raw, str) else ""
-    if not digits.isdigit():
+    if not (digits.isascii() and digits.isdigit()):
         raise _Invalid("expected a positive integer")
     # Count the digits first: a huge count is refused without converting it.
     if len(digits) > len(str(devices.MAX_DEVICES)) or int(digits) > devices.MAX_DEVICES:
@@ -89,7 +89,7 @@ def _bool(raw):
 
 
 def _xla_flags_device_count(env):
-    """(raw N, source) from XLA_FLAGS' device-count flag, or (None, None)."""
+    """(raw N, or None when the flag is absent; its source) from XLA_FLAGS."""
     found = None
     for flag in (env.get("XLA_FLAGS") or "").split():
         name, _, value = flag.partition("=")

@@ -44,6 +44,7 @@ import os
 import pytest
 
 from compat_distribute.testing import _settings
+from compat_distribute.testing import devices
 
 _SETTINGS = pytest.StashKey()
 _BACKEND = pytest.StashKey()
@@ -121,8 +122,6 @@ def _read_settings(config):
 
 def _create_devices(count, what):
     """Creates `count` logical CPUs; returns why not (a message) when it came too late."""
-    from compat_distribute.testing import devices  # pylint: disable=g-import-not-at-top
-
     try:
         devices.set_virtual_devices(count)
     except RuntimeError as e:
@@ -218,8 +217,8 @@ def pytest_report_header(config):
         tpu = f"{settings.tpu} (not usable)"
     else:
         tpu = backend.describe()
-    devices = settings.tf_devices or "as the tests need"
-    return f"compat_distribute: tpu={tpu}, tf-devices={devices}"
+    count = settings.tf_devices or "as the tests need"
+    return f"compat_distribute: tpu={tpu}, tf-devices={count}"
 
 
 def _fake_cores(config):
@@ -300,8 +299,6 @@ def _marker_count_problem(item, name):
             f"{item.nodeid}. Write e.g. @pytest.mark.{name}(2)."
         )
     if name == "multi_device":
-        from compat_distribute.testing import devices  # pylint: disable=g-import-not-at-top
-
         try:
             devices.check_count(f"@pytest.mark.multi_device(n) in {item.nodeid}: n", n)
         except ValueError as e:
