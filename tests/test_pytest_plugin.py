@@ -180,6 +180,20 @@ def test_precedence_command_line_then_environment_then_ini(pytester, monkeypatch
                                  "tf-devices=4"])
 
 
+def test_help_names_the_limit_the_xla_flag_and_the_off_switch(pytester):
+    result = pytester.runpytest("--help")
+    assert result.ret == pytest.ExitCode.OK
+    text = " ".join(result.stdout.str().split())
+    assert (
+        f"--tf-devices=N split the CPU into N virtual TensorFlow devices at start-up, N at most "
+        f"{LIMIT} (default: --xla_force_host_platform_device_count=N from XLA_FLAGS if set, "
+        "else as many as the collected tests need: the fake TPU's cores when a test uses its "
+        "fixtures, the largest multi_device(n)) [env COMPAT_DISTRIBUTE_TF_DEVICES, ini "
+        "tf_devices]"
+    ) in text
+    assert "--no-fake-tpu-strict turn --fake-tpu-strict off, over the environment and ini" in text
+
+
 def test_settings_resolve_in_precedence_order():
     ini = {"tf_devices": "2", "tpu": "auto"}
     env = {"COMPAT_DISTRIBUTE_TF_DEVICES": "4", "COMPAT_DISTRIBUTE_FAKE_TPU_STRICT": "yes"}
