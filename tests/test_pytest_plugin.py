@@ -541,6 +541,35 @@ def test_multi_device_past_the_limit_fails_its_test_and_creates_nothing(pytester
     assert "logical CPU devices, as the tests need" not in result.stdout.str()
 
 
+def test_items_of_other_plugins_count_for_markers_only(pytester):
+    # An item without fixtures (as a linter's or a data file's) must not break
+    # the count; its multi_device marker still counts.
+    pytester.makeconftest("""
+        import pytest
+
+        class CheckItem(pytest.Item):
+            def runtest(self):
+                assert self.path.read_text() == "ok\\n"
+
+        class CheckFile(pytest.File):
+            def collect(self):
+                item = CheckItem.from_parent(self, name="check")
+                item.add_marker(pytest.mark.multi_device(2))
+                yield item
+
+        def pytest_collect_file(file_path, parent):
+            if file_path.suffix == ".check":
+                return CheckFile.from_parent(parent, path=file_path)
+        """)
+    pytester.path.joinpath("data.check").write_text("ok\n")
+    result = pytester.runpytest()  # 2 devices: the 8 of this session's runtime suffice.
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["compat_distribute: 2 logical CPU devices, as the tests need (the largest "
+         "multi_device(n) is 2)"]
+    )
+
+
 def test_no_option_leaves_tensorflow_alone(pytester):
     pytester.makepyfile("""
         def test_runtime_untouched():

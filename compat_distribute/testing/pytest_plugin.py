@@ -239,7 +239,9 @@ def _devices_needed(config, items):
     largest = max((n for n in marked if n is not None), default=0)
     if largest > 1:
         needs.append((largest, f"the largest multi_device(n) is {largest}"))
-    if any(name in _STRATEGY_FIXTURES for item in items for name in item.fixturenames):
+    # Items of other plugins (a linter's, a YAML file's) may have no fixtures.
+    uses = (name for item in items for name in getattr(item, "fixturenames", ()))
+    if any(name in _STRATEGY_FIXTURES for name in uses):
         cores = _fake_cores(config)
         if cores:
             needs.append((cores, f"the fake TPU has {cores} cores"))
