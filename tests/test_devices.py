@@ -1,9 +1,14 @@
 """set_virtual_devices: before the runtime starts it configures, after it checks."""
 
+import time
+
 import pytest
 import tensorflow as tf
 
+from compat_distribute.testing import FakeTPU
+from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import set_virtual_devices
+from compat_distribute.testing.devices import MAX_DEVICES
 
 
 def test_after_start_it_returns_existing_devices_when_enough():
@@ -35,6 +40,41 @@ def test_bad_arguments(args, error, text):
     with pytest.raises(error) as info:
         set_virtual_devices(*args)
     assert text in str(info.value)
+
+
+LIMIT_TEXT = (
+    f"must be at most {MAX_DEVICES} (compat_distribute.testing.devices.MAX_DEVICES, the most "
+    f"virtual devices one process gets); got {{n}}. Ask for as many devices as the tests "
+    f"need: a fake TPU's core count, or the n of the largest multi_device(n)."
+)
+
+
+@pytest.mark.parametrize("n", [MAX_DEVICES + 1, 100_000_000])
+def test_a_count_past_the_limit_is_refused_at_once(n):
+    start = time.monotonic()
+    with pytest.raises(ValueError) as info:
+        set_virtual_devices(n)
+    assert time.monotonic() - start < 1  # refused, not built: 10**8 devices would fill memory
+    assert str(info.value) == "n " + LIMIT_TEXT.format(n=n)
+
+
+def test_the_limit_itself_is_accepted():
+    # The runtime is running with 8 CPUs: the limit passes the check, then is too late.
+    too_late = rf"set_virtual_devices\({MAX_DEVICES}, 'CPU'\) came too late"
+    with pytest.raises(RuntimeError, match=too_late):
+        set_virtual_devices(MAX_DEVICES)
+
+
+@pytest.mark.parametrize("make", [FakeTPU, FakeTPUClusterResolver], ids=["FakeTPU", "resolver"])
+def test_a_fake_mesh_past_the_limit_is_refused_by_the_same_check(make):
+    mesh = (16, 16, 1, 2)
+    with pytest.raises(ValueError) as info:
+        make(mesh_shape=mesh)
+    assert str(info.value) == f"mesh_shape {mesh}'s core count " + LIMIT_TEXT.format(n=512)
+    huge = (10**6,) * 4  # 10**24 cores: refused as a count, without building anything
+    too_many = rf"core count must be at most {MAX_DEVICES} .*; got {10**24}\."
+    with pytest.raises(ValueError, match=too_many):
+        make(mesh_shape=huge)
 
 
 def test_gpu_without_a_gpu_is_a_clear_error():

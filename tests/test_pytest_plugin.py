@@ -5,6 +5,7 @@ TensorFlow runtime each); runs that change nothing in TensorFlow (bad values,
 the header, an unreachable TPU, "auto" without a TPU) run in this process.
 """
 
+import math
 import threading
 import time
 
@@ -14,17 +15,22 @@ import tensorflow as tf
 from compat_distribute.testing import _settings
 from compat_distribute.testing import _tpu_backend
 from compat_distribute.testing import cluster as cluster_lib
+from compat_distribute.testing import devices
+from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
+from compat_distribute.testing._fake_tpu import TOPOLOGIES
 
 pytest_plugins = ["pytester"]
 
-ENV_VARS = tuple(option.env for option in _settings.OPTIONS)
+ENV_VARS = tuple(option.env for option in _settings.OPTIONS) + ("TPU_NAME", "XLA_FLAGS")
+DEFAULT_CORES = math.prod(TOPOLOGIES[DEFAULT_TOPOLOGY])
+DEFAULT_FAKE = f"fake ({DEFAULT_TOPOLOGY}, {DEFAULT_CORES} cores on CPU"  # ")" left off
+LIMIT = devices.MAX_DEVICES
 
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch):
     for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("TPU_NAME", raising=False)
 
 
 def _usage_error(result):
@@ -69,53 +75,131 @@ def _usage_error(result):
             [],
             {"COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY": "v9-1024"},
             "",
-            "--fake-tpu-topology: expected one of 'v2-8', 'v3-8', 'v4-8', got 'v9-1024' "
-            "(from environment variable COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY)",
+            f"--fake-tpu-topology: expected one of {', '.join(map(repr, sorted(TOPOLOGIES)))}, "
+            "got 'v9-1024' (from environment variable COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY)\n",
         ),
         (
             [],
             {},
             "fake_tpu_strict = maybe",
             "--fake-tpu-strict: expected one of 1, true, yes, on, 0, false, no, off, "
-            "got 'maybe' (from ini key fake_tpu_strict in {ini})",
+            "got 'maybe' (from ini key fake_tpu_strict in {ini})\n",
+        ),
+        (
+            ["--tf-devices=100000000"],
+            {},
+            "",
+            f"--tf-devices: expected at most {LIMIT} devices (the most one process gets, "
+            "compat_distribute.testing.devices.MAX_DEVICES), got '100000000' (from the "
+            "command line). Ask for what the tests need: the fake TPU's core count, or the "
+            "n of the largest multi_device(n).",
+        ),
+        (
+            [],
+            {"COMPAT_DISTRIBUTE_TF_DEVICES": str(LIMIT + 1)},
+            "",
+            f"--tf-devices: expected at most {LIMIT} devices (the most one process gets, "
+            f"compat_distribute.testing.devices.MAX_DEVICES), got '{LIMIT + 1}' (from "
+            "environment variable COMPAT_DISTRIBUTE_TF_DEVICES). Ask for what the tests need",
+        ),
+        (
+            [],
+            {"XLA_FLAGS": "--xla_dump_to=/tmp/x --xla_force_host_platform_device_count=eight"},
+            "",
+            "--tf-devices: expected a positive integer, got 'eight' (from "
+            "--xla_force_host_platform_device_count in environment variable XLA_FLAGS)\n",
+        ),
+        (
+            ["--tpu=fak"],
+            {},
+            "",
+            "--tpu: expected 'fake', 'auto' or the name of a TPU, got 'fak' (from the command "
+            "line). Did you mean --tpu=fake? For a TPU really named 'fak', set TPU_NAME=fak "
+            "and pass --tpu=auto.",
+        ),
+        (
+            [],
+            {"COMPAT_DISTRIBUTE_TPU": "Auto"},
+            "",
+            "--tpu: expected 'fake', 'auto' or the name of a TPU, got 'Auto' (from environment "
+            "variable COMPAT_DISTRIBUTE_TPU). Did you mean --tpu=auto?",
         ),
     ],
-    ids=["cli", "env", "ini", "tpu-name", "topology", "strict"],
+    ids=[
+        "cli",
+        "env",
+        "ini",
+        "tpu-name",
+        "topology",
+        "strict",
+        "devices-past-limit",
+        "devices-past-limit-env",
+        "xla-flags",
+        "tpu-misspelt",
+        "tpu-capitalised",
+    ],
 )
 def test_bad_value_names_its_source(pytester, monkeypatch, args, env, ini, message):
     ini_file = pytester.makeini(f"[pytest]\n{ini}\n")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+    # A misspelt --tpu must fail before any TPU lookup, here a network call.
+    looked_up = []
+    monkeypatch.setattr(_tpu_backend, "check_resolves", lambda *a, **k: looked_up.append(a))
+    monkeypatch.setattr(_tpu_backend, "connect", lambda *a, **k: looked_up.append(a))
     stderr = _usage_error(pytester.runpytest(*args))
     assert f"ERROR: {message.format(ini=ini_file)}" in stderr
+    assert looked_up == []
 
 
 def test_precedence_command_line_then_environment_then_ini(pytester, monkeypatch):
-    # The fake's topology shows in the header; v4-8 has 4 cores, v2-8 and v3-8 have 8.
-    pytester.makeini("[pytest]\nfake_tpu_topology = v2-8\n")
-    header = "compat_distribute: tpu=fake ({}), tf-devices=not set"
+    # The fake's topology shows in the header; v4-8 has 4 cores, v2-8 has 8.
+    pytester.makeini("[pytest]\nfake_tpu_topology = v2-8\nfake_tpu_strict = on\n")
+    header = "compat_distribute: tpu=fake ({}), tf-devices=as the tests need"
 
     result = pytester.runpytest("--collect-only")
-    result.stdout.fnmatch_lines([header.format("v2-8, 8 cores on CPU")])
+    result.stdout.fnmatch_lines([header.format("v2-8, 8 cores on CPU, strict")])
 
     monkeypatch.setenv("COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY", "v4-8")
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_FAKE_TPU_STRICT", "0")
     result = pytester.runpytest("--collect-only")
     result.stdout.fnmatch_lines([header.format("v4-8, 4 cores on CPU")])
 
-    result = pytester.runpytest("--collect-only", "--fake-tpu-topology=v3-8", "--fake-tpu-strict")
-    result.stdout.fnmatch_lines([header.format("v3-8, 8 cores on CPU, strict")])
+    result = pytester.runpytest("--collect-only", "--fake-tpu-topology=v2-8", "--fake-tpu-strict")
+    result.stdout.fnmatch_lines([header.format("v2-8, 8 cores on CPU, strict")])
+
+    # The off switch wins over the environment and the ini key.
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_FAKE_TPU_STRICT", "1")
+    result = pytester.runpytest("--collect-only", "--no-fake-tpu-strict")
+    result.stdout.fnmatch_lines([header.format("v4-8, 4 cores on CPU")])
 
     # A value that loses is not read, so it cannot fail the session.
     monkeypatch.setenv("COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY", "v9-9")
-    result = pytester.runpytest("--collect-only", "--fake-tpu-topology=v4-8")
-    result.stdout.fnmatch_lines([header.format("v4-8, 4 cores on CPU")])
+    result = pytester.runpytest("--collect-only", "--fake-tpu-topology=v4-8", "--tf-devices=4")
+    result.stdout.fnmatch_lines(["compat_distribute: tpu=fake (v4-8, 4 cores on CPU, strict), "
+                                 "tf-devices=4"])
+
+
+def test_help_names_the_limit_the_xla_flag_and_the_off_switch(pytester):
+    result = pytester.runpytest("--help")
+    assert result.ret == pytest.ExitCode.OK
+    text = " ".join(result.stdout.str().split())
+    assert (
+        f"--tf-devices=N split the CPU into N virtual TensorFlow devices at start-up, N at most "
+        f"{LIMIT} (default: --xla_force_host_platform_device_count=N from XLA_FLAGS if set, "
+        "else as many as the collected tests need: the fake TPU's cores when a test uses its "
+        "fixtures, the largest multi_device(n)) [env COMPAT_DISTRIBUTE_TF_DEVICES, ini "
+        "tf_devices]"
+    ) in text
+    assert "--no-fake-tpu-strict turn --fake-tpu-strict off, over the environment and ini" in text
 
 
 def test_settings_resolve_in_precedence_order():
     ini = {"tf_devices": "2", "tpu": "auto"}
     env = {"COMPAT_DISTRIBUTE_TF_DEVICES": "4", "COMPAT_DISTRIBUTE_FAKE_TPU_STRICT": "yes"}
     settings = _settings.resolve(cli={"tf_devices": "8"}, env=env, ini=ini, ini_path="setup.cfg")
-    assert (settings.tf_devices, settings.tpu, settings.fake_tpu_topology) == (8, "auto", "v3-8")
+    assert (settings.tf_devices, settings.tpu) == (8, "auto")
+    assert settings.fake_tpu_topology == DEFAULT_TOPOLOGY
     assert settings.fake_tpu_strict is True
     assert settings.source("tf_devices") == "the command line"
     assert settings.source("tpu") == "ini key tpu in setup.cfg"
@@ -126,6 +210,24 @@ def test_settings_resolve_in_precedence_order():
     )
     assert settings.any_given
     assert not _settings.resolve(env={"COMPAT_DISTRIBUTE_TPU": ""}, ini={"tpu": ""}).any_given
+    # The off switch arrives as False and wins like any value.
+    off = _settings.resolve(cli={"fake_tpu_strict": False}, env=env)
+    assert (off.fake_tpu_strict, off.source("fake_tpu_strict")) == (False, "the command line")
+
+
+def test_xla_flags_device_count_comes_after_the_ini_key():
+    xla = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2 --xla_cpu_enable_fast_math=false "
+                        "-xla_force_host_platform_device_count=16"}
+    settings = _settings.resolve(env=xla)
+    # The last flag wins, as XLA reads them; TensorFlow itself ignores the flag.
+    assert settings.tf_devices == 16
+    assert settings.source("tf_devices") == (
+        "--xla_force_host_platform_device_count in environment variable XLA_FLAGS"
+    )
+    assert settings.any_given
+    assert _settings.resolve(env=xla, ini={"tf_devices": "4"}).tf_devices == 4
+    assert _settings.resolve(env={"XLA_FLAGS": "--xla_dump_to=/tmp/x"}).tf_devices is None
+    assert _settings.from_environment(xla).tf_devices == 16  # TestCase reads it too.
 
 
 def test_fake_backend_gets_topology_and_strict():
@@ -134,6 +236,47 @@ def test_fake_backend_gets_topology_and_strict():
     assert backend.describe() == "fake (v4-8, 4 cores on CPU, strict)"
     resolver = backend.make_resolver()
     assert (resolver.topology_name, resolver.num_cores, resolver.strict) == ("v4-8", 4, True)
+
+
+@pytest.mark.parametrize(
+    "args, env, source",
+    [
+        ([f"--tf-devices={DEFAULT_CORES // 2}"], {}, "the command line"),
+        ([f"--tf-devices={DEFAULT_CORES // 2}", "--tpu=auto"], {}, "the command line"),
+        (
+            [],
+            {"XLA_FLAGS": f"--xla_force_host_platform_device_count={DEFAULT_CORES // 2}"},
+            "--xla_force_host_platform_device_count in environment variable XLA_FLAGS",
+        ),
+    ],
+    ids=["fake", "auto-finds-no-tpu", "xla-flags"],
+)
+def test_fewer_devices_than_the_fake_has_cores_is_a_usage_error(pytester, monkeypatch, args,
+                                                                  env, source):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    pytester.makepyfile("def test_never_runs():\n    raise AssertionError('ran')\n")
+    stderr = _usage_error(pytester.runpytest(*args))
+    fewer = DEFAULT_CORES // 2
+    fitting = " or ".join(
+        f"--fake-tpu-topology={name}"
+        for name, mesh in TOPOLOGIES.items()
+        if math.prod(mesh) <= fewer
+    )
+    assert fitting  # v4-8's 4 cores fit in half of the default's 8.
+    assert (
+        f"ERROR: --tf-devices={fewer} (from {source}) is fewer devices than the "
+        f"{DEFAULT_CORES} cores of the fake TPU's topology {DEFAULT_TOPOLOGY} (from the "
+        f"default), which needs one device per core. Pass --tf-devices={DEFAULT_CORES} or "
+        f"more, or a topology of at most {fewer} cores: {fitting}.\n"
+    ) in stderr
+
+
+def test_more_devices_than_the_fake_has_cores_is_fine(pytester):
+    # More devices than cores: mirrored gets them all, the fake its cores.
+    result = pytester.runpytest("--collect-only", "--fake-tpu-topology=v4-8", "--tf-devices=8")
+    result.stdout.fnmatch_lines(["compat_distribute: tpu=fake (v4-8, 4 cores on CPU), tf-devices=8"])
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 # --------------------------------------------------------------------------
@@ -163,10 +306,10 @@ def test_auto_without_a_tpu_picks_the_fake_and_says_so(pytester):
     result = pytester.runpytest("--tpu=auto", "-rs")
     result.stdout.fnmatch_lines(
         [
-            "compat_distribute: tpu=fake (v3-8, 8 cores on CPU; auto: no TPU here), "
-            "tf-devices=not set",
+            f"compat_distribute: tpu={DEFAULT_FAKE}; auto: no TPU here), "
+            "tf-devices=as the tests need",
             "SKIPPED [[]1[]] test_auto_without_a_tpu_picks_the_fake_and_says_so.py:*: needs a "
-            "real TPU; the TPU here is fake (v3-8, 8 cores on CPU; "
+            f"real TPU; the TPU here is {DEFAULT_FAKE}; "
             "auto: no TPU here) (--tpu=auto, from the command line)",
         ]
     )
@@ -261,14 +404,14 @@ def test_devices_strategies_and_markers_under_xdist(pytester, monkeypatch):
     pytester.makepyfile(test_project=_PROJECT_TESTS.format(out=str(out)))
     # The command line wins over the environment, which wins over the ini file:
     # neither losing value is even read (both would be errors).
-    pytester.makeini("[pytest]\ntf_devices = bogus\nfake_tpu_topology = v2-8\n")
+    pytester.makeini("[pytest]\ntf_devices = bogus\nfake_tpu_topology = v4-8\n")
     monkeypatch.setenv("COMPAT_DISTRIBUTE_TF_DEVICES", "none")
-    monkeypatch.setenv("COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY", "v3-8")
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY", "v2-8")
     result = pytester.runpytest_subprocess(
         "--tf-devices=8", "-n", "2", "-rsE", "--strict-markers", timeout=180
     )
     result.stdout.fnmatch_lines(
-        ["compat_distribute: tpu=fake (v3-8, 8 cores on CPU), tf-devices=8"]
+        ["compat_distribute: tpu=fake (v2-8, 8 cores on CPU), tf-devices=8"]
     )
     result.stdout.fnmatch_lines_random(
         [
@@ -276,7 +419,7 @@ def test_devices_strategies_and_markers_under_xdist(pytester, monkeypatch):
             "strategy 'default' has 1 replica(s)",
             "SKIPPED [[]1[]] test_project.py:*: multi_device(16): needs 16 replicas; there "
             "are 8 logical CPU device(s) (set more with --tf-devices)",
-            "SKIPPED [[]1[]] test_project.py:*: needs a real TPU; the TPU here is fake (v3-8, "
+            "SKIPPED [[]1[]] test_project.py:*: needs a real TPU; the TPU here is fake (v2-8, "
             "8 cores on CPU) (--tpu=fake, from the default)",
             "@pytest.mark.multi_worker(n): n must be a positive int; got 'two' in "
             "test_project.py::test_multi_worker_bad_count. Write e.g. @pytest.mark.multi_worker(2).",
@@ -292,6 +435,139 @@ def test_devices_strategies_and_markers_under_xdist(pytester, monkeypatch):
         ["8", "8", "36"],
         ["8", "8", "36"],
     ]
+
+
+# Without a device count the tests say what they need: the fake's cores (any
+# test using a strategy fixture) and the largest multi_device(n), here more.
+_MARKED = DEFAULT_CORES + 4
+_MARKED_FIRST = f"""
+import pytest
+import tensorflow as tf
+
+
+@pytest.mark.multi_device({_MARKED})
+def test_marked():
+    assert len(tf.config.list_logical_devices("CPU")) == {_MARKED}
+
+
+def test_tpu_strategy(tpu_strategy):
+    assert len(tf.config.list_logical_devices("CPU")) == {_MARKED}
+    assert tpu_strategy.num_replicas_in_sync == {DEFAULT_CORES}
+"""
+_FIXTURE_FIRST = f"""
+import pytest
+import tensorflow as tf
+
+
+def test_mirrored(strategy):
+    assert len(tf.config.list_logical_devices("CPU")) == {_MARKED}
+    replicas = {{"default": 1, "mirrored": {_MARKED}, "tpu": {DEFAULT_CORES}}}
+    assert strategy.num_replicas_in_sync == replicas[strategy_name(strategy)]
+
+
+def strategy_name(strategy):
+    name = type(strategy).__name__
+    return "mirrored" if name == "MirroredStrategy" else "tpu" if "TPU" in name else "default"
+
+
+@pytest.mark.multi_device({_MARKED})
+def test_marked():
+    assert len(tf.config.list_logical_devices("CPU")) == {_MARKED}
+"""
+_DEVICES_LINE = (
+    f"compat_distribute: {_MARKED} logical CPU devices, as the tests need (the largest "
+    f"multi_device(n) is {_MARKED}; the fake TPU has {DEFAULT_CORES} cores)"
+)
+
+
+@pytest.mark.parametrize("module", [_MARKED_FIRST, _FIXTURE_FIRST], ids=["marker", "fixture"])
+def test_devices_come_from_the_run_not_from_which_test_is_first(pytester, module):
+    pytester.makepyfile(test_order=module)
+    result = pytester.runpytest_subprocess("-p", "no:xdist", timeout=180)
+    result.stdout.fnmatch_lines([_DEVICES_LINE])
+    result.assert_outcomes(passed=2 if module is _MARKED_FIRST else 4)
+
+
+def test_devices_come_from_the_run_in_every_xdist_worker(pytester):
+    # Both orders, and each test checks the count of the worker that runs it.
+    pytester.makepyfile(test_marked_first=_MARKED_FIRST, test_fixture_first=_FIXTURE_FIRST)
+    result = pytester.runpytest_subprocess("-n", "2", timeout=180)
+    result.assert_outcomes(passed=6)
+
+
+def test_tensorflow_started_during_collection_says_to_pass_the_count(pytester):
+    pytester.makepyfile("""
+        import pytest
+        import tensorflow as tf
+
+        ONE = tf.constant(1.0)  # Starts the runtime at import, with 1 CPU.
+
+
+        @pytest.mark.multi_device(4)
+        def test_marked():
+            assert len(tf.config.list_logical_devices("CPU")) >= 4
+        """)
+    stderr = _usage_error(pytester.runpytest_subprocess("-p", "no:xdist", timeout=180))
+    assert (
+        "ERROR: the tests need 4 logical CPU devices (the largest multi_device(n) is 4): "
+        "set_virtual_devices(4, 'CPU') came too late: TensorFlow's runtime is already "
+        "initialised with 1 logical CPU device(s)"
+    ) in stderr
+    assert (
+        "Here TensorFlow started during collection (a test module or conftest.py ran "
+        f"TensorFlow at import): pass --tf-devices={DEFAULT_CORES}, which creates the devices "
+        "before collection.\n"  # 4 would not hold the fake TPU, should a test use it.
+    ) in stderr
+    args = ("-p", "no:xdist", f"--tf-devices={DEFAULT_CORES}")
+    result = pytester.runpytest_subprocess(*args, timeout=180)
+    result.assert_outcomes(passed=1)
+
+
+def test_multi_device_past_the_limit_fails_its_test_and_creates_nothing(pytester):
+    pytester.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.multi_device({LIMIT + 1})
+        def test_huge():
+            raise AssertionError("ran")
+        """)
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        f"*@pytest.mark.multi_device(n) in test_multi_device_past_the_limit_fails_its_test_and_"
+        f"creates_nothing.py::test_huge: n must be at most {LIMIT} (compat_distribute.testing."
+        f"devices.MAX_DEVICES, the most virtual devices one process gets); got {LIMIT + 1}. Ask*"
+    ])
+    assert "logical CPU devices, as the tests need" not in result.stdout.str()
+
+
+def test_items_of_other_plugins_count_for_markers_only(pytester):
+    # An item without fixtures (as a linter's or a data file's) must not break
+    # the count; its multi_device marker still counts.
+    pytester.makeconftest("""
+        import pytest
+
+        class CheckItem(pytest.Item):
+            def runtest(self):
+                assert self.path.read_text() == "ok\\n"
+
+        class CheckFile(pytest.File):
+            def collect(self):
+                item = CheckItem.from_parent(self, name="check")
+                item.add_marker(pytest.mark.multi_device(2))
+                yield item
+
+        def pytest_collect_file(file_path, parent):
+            if file_path.suffix == ".check":
+                return CheckFile.from_parent(parent, path=file_path)
+        """)
+    pytester.path.joinpath("data.check").write_text("ok\n")
+    result = pytester.runpytest()  # 2 devices: the 8 of this session's runtime suffice.
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["compat_distribute: 2 logical CPU devices, as the tests need (the largest "
+         "multi_device(n) is 2)"]
+    )
 
 
 def test_no_option_leaves_tensorflow_alone(pytester):

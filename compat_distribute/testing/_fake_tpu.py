@@ -83,6 +83,7 @@ def _mesh(topology, mesh_shape):
             f"{mesh_shape!r}. For example mesh_shape=(2, 2, 1, 2) is a v3-8 (8 cores)."
         )
     mesh = tuple(int(v) for v in mesh)
+    _devices.check_count(f"mesh_shape {mesh}'s core count", int(np.prod(mesh, dtype=object)))
     return "mesh" + "x".join(str(v) for v in mesh), mesh
 
 

@@ -6,17 +6,24 @@ an ini key (`[tool:pytest]` in setup.cfg, `[pytest]` in pytest.ini or tox.ini,
 
     command line > environment variable > ini key > default
 
-An empty environment variable or ini value counts as not set. The pytest
-plugin reads all four places; `compat_distribute.testing.TestCase` (absltest)
-reads the environment and the defaults. Nothing here imports TensorFlow
-unless a topology is given (checked against the fake TPU's presets).
+An empty environment variable or ini value counts as not set. The device
+count has one more place, between the ini key and the default: JAX's
+`XLA_FLAGS=--xla_force_host_platform_device_count=N` (TensorFlow itself ignores
+it). The pytest plugin reads all the places; `compat_distribute.testing.TestCase`
+(absltest) reads the environment and the defaults. Nothing here imports
+TensorFlow unless a topology is given or asked for (the fake TPU's presets).
 """
 
 import dataclasses
+import difflib
+import math
 from typing import Any, Callable
+
+from compat_distribute.testing import devices
 
 TPU_KEYWORDS = ("fake", "auto")
 DEFAULT_SOURCE = "the default"
+XLA_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -25,15 +32,39 @@ class SettingError(ValueError):
     """A setting's value is invalid; the message names the option and its source."""
 
 
-def _positive_int(raw):
-    if isinstance(raw, str) and raw.strip().isdigit() and int(raw) >= 1:
-        return int(raw)
-    raise ValueError("expected a positive integer")
+class _Invalid(ValueError):
+    """A parser's complaint: what is expected, and what to do (said after the value)."""
+
+    def __init__(self, expected, fix=""):
+        super().__init__(expected)
+        self.fix = fix
+
+
+def _device_count(raw):
+    digits = raw.strip().lstrip("0") if isinstance(raw, str) else ""
+    if not (digits.isascii() and digits.isdigit()):
+        raise _Invalid("expected a positive integer")
+    # Count the digits first: a huge count is refused without converting it.
+    if len(digits) > len(str(devices.MAX_DEVICES)) or int(digits) > devices.MAX_DEVICES:
+        raise _Invalid(
+            f"expected at most {devices.MAX_DEVICES} devices (the most one process gets, "
+            f"compat_distribute.testing.devices.MAX_DEVICES)",
+            "Ask for what the tests need: the fake TPU's core count, or the n of the "
+            "largest multi_device(n).",
+        )
+    return int(digits)
 
 
 def _tpu(raw):
     if raw in TPU_KEYWORDS:
         return raw
+    close = difflib.get_close_matches(raw.lower(), TPU_KEYWORDS, n=1, cutoff=0.75)
+    if close:
+        raise _Invalid(
+            "expected 'fake', 'auto' or the name of a TPU",
+            f"Did you mean --tpu={close[0]}? For a TPU really named {raw!r}, set "
+            f"TPU_NAME={raw} and pass --tpu=auto.",
+        )
     if raw and raw.strip() == raw and not any(c.isspace() for c in raw):
         return raw  # A TPU name or grpc:// address.
     raise ValueError("expected 'fake', 'auto' or the name of a TPU (no spaces)")
@@ -57,6 +88,16 @@ def _bool(raw):
     raise ValueError(f"expected one of {', '.join(_TRUE + _FALSE)}")
 
 
+def _xla_flags_device_count(env):
+    """(raw N, or None when the flag is absent; its source) from XLA_FLAGS."""
+    found = None
+    for flag in (env.get("XLA_FLAGS") or "").split():
+        name, _, value = flag.partition("=")
+        if name in (XLA_DEVICE_COUNT_FLAG, "-" + XLA_DEVICE_COUNT_FLAG.lstrip("-")):
+            found = value  # As XLA parses its flags, the last one wins.
+    return found, f"{XLA_DEVICE_COUNT_FLAG} in environment variable XLA_FLAGS"
+
+
 @dataclasses.dataclass(frozen=True)
 class Option:
     """One setting: its names in each place, its parser and its default."""
@@ -68,7 +109,14 @@ class Option:
     default: Any
     help: str
     metavar: str = ""
-    is_flag: bool = False  # a command-line switch that takes no value
+    off_flag: str = ""  # for a switch: the command-line flag that turns it off
+    # A last place to read, after the ini key: env -> (raw value or None, source).
+    fallback: Callable[[Any], tuple] | None = None
+
+    @property
+    def is_flag(self):
+        """Whether this is a command-line switch that takes no value."""
+        return bool(self.off_flag)
 
 
 OPTIONS = (
@@ -76,11 +124,14 @@ OPTIONS = (
         name="tf_devices",
         flag="--tf-devices",
         env="COMPAT_DISTRIBUTE_TF_DEVICES",
-        parse=_positive_int,
+        parse=_device_count,
         default=None,
-        help="split the CPU into N virtual TensorFlow devices at start-up "
-        "(default: leave TensorFlow alone)",
+        help=f"split the CPU into N virtual TensorFlow devices at start-up, N at most "
+        f"{devices.MAX_DEVICES} (default: {XLA_DEVICE_COUNT_FLAG}=N from XLA_FLAGS if set, "
+        f"else as many as the collected tests need: the fake TPU's cores when a test uses "
+        f"its fixtures, the largest multi_device(n))",
         metavar="N",
+        fallback=_xla_flags_device_count,
     ),
     Option(
         name="tpu",
@@ -98,8 +149,8 @@ OPTIONS = (
         flag="--fake-tpu-topology",
         env="COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY",
         parse=_topology,
-        default="v3-8",
-        help="topology of the fake TPU (default: v3-8)",
+        default=None,  # The fake's own default, read from it when needed.
+        help="topology of the fake TPU (default: the fake's DEFAULT_TOPOLOGY)",
         metavar="TOPOLOGY",
     ),
     Option(
@@ -108,8 +159,8 @@ OPTIONS = (
         env="COMPAT_DISTRIBUTE_FAKE_TPU_STRICT",
         parse=_bool,
         default=False,
-        help="make the fake TPU reject ops a real TPU cannot compile",
-        is_flag=True,
+        help="make the fake TPU reject ops a real TPU cannot compile (default: off)",
+        off_flag="--no-fake-tpu-strict",
     ),
 )
 
@@ -120,12 +171,26 @@ class Settings:
 
     tf_devices: int | None = None
     tpu: str = "fake"
-    fake_tpu_topology: str = "v3-8"
+    given_topology: str | None = None  # None: the fake's DEFAULT_TOPOLOGY
     fake_tpu_strict: bool = False
     sources: tuple = ()  # ((name, source), ...)
 
+    @property
+    def fake_tpu_topology(self):
+        """The fake TPU's topology name (reading the fake's default imports TensorFlow)."""
+        if self.given_topology is not None:
+            return self.given_topology
+        from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
+
+        return DEFAULT_TOPOLOGY
+
     def source(self, name):
         return dict(self.sources).get(name, DEFAULT_SOURCE)
+
+    def shown(self, name):
+        """E.g. "--tf-devices=4 (from the command line)"."""
+        option = next(o for o in OPTIONS if o.name == name)
+        return f"{option.flag}={getattr(self, name)} (from {self.source(name)})"
 
     @property
     def any_given(self):
@@ -134,7 +199,7 @@ class Settings:
 
 
 def resolve(cli=None, env=None, ini=None, ini_path=None):
-    """Returns `Settings` from the three places, highest precedence first.
+    """Returns `Settings` from the places, highest precedence first.
 
     `cli` and `ini` map option names to raw values (None or "" when not set),
     `env` is a mapping such as `os.environ`. Raises `SettingError` naming the
@@ -143,29 +208,60 @@ def resolve(cli=None, env=None, ini=None, ini_path=None):
     cli, env, ini = cli or {}, env or {}, ini or {}
     values, sources = {}, []
     for option in OPTIONS:
-        places = (
+        places = [
             (cli.get(option.name), "the command line"),
             (env.get(option.env), f"environment variable {option.env}"),
             (
                 ini.get(option.name),
                 f"ini key {option.name}" + (f" in {ini_path}" if ini_path else ""),
             ),
-        )
+        ]
+        if option.fallback is not None:
+            places.append(option.fallback(env))
         for raw, source in places:
             if raw is None or raw == "":
                 continue
             try:
                 values[option.name] = option.parse(raw)
             except ValueError as e:
-                raise SettingError(f"{option.flag}: {e}, got {raw!r} (from {source})") from None
+                fix = f". {e.fix}" if isinstance(e, _Invalid) and e.fix else ""
+                raise SettingError(
+                    f"{option.flag}: {e}, got {raw!r} (from {source}){fix}"
+                ) from None
             sources.append((option.name, source))
             break
         else:
             values[option.name] = option.default
             sources.append((option.name, DEFAULT_SOURCE))
+    values["given_topology"] = values.pop("fake_tpu_topology")
     return Settings(**values, sources=tuple(sources))
 
 
 def from_environment(environ):
     """Settings for code outside pytest: environment variables, then defaults."""
     return resolve(env=environ)
+
+
+def check_devices_hold_fake(settings, fake_cores):
+    """Raises `SettingError` when a device count is below the fake TPU's cores.
+
+    The fake would create its cores anyway, so the count said in the header
+    and the devices the tests get would disagree.
+    """
+    if settings.tf_devices is None or settings.tf_devices >= fake_cores:
+        return
+    from compat_distribute.testing._fake_tpu import TOPOLOGIES  # imports TensorFlow
+
+    fitting = [name for name, mesh in TOPOLOGIES.items() if math.prod(mesh) <= settings.tf_devices]
+    instead = (
+        f", or a topology of at most {settings.tf_devices} cores: "
+        + " or ".join(f"--fake-tpu-topology={name}" for name in fitting)
+        if fitting
+        else ""
+    )
+    raise SettingError(
+        f"{settings.shown('tf_devices')} is fewer devices than the {fake_cores} cores of "
+        f"the fake TPU's topology {settings.fake_tpu_topology} (from "
+        f"{settings.source('fake_tpu_topology')}), which needs one device per core. Pass "
+        f"--tf-devices={fake_cores} or more{instead}."
+    )

@@ -1,4 +1,4 @@
-"""The one place that creates virtual (logical) devices.
+"""The one place that creates virtual (logical) devices, and the one limit on how many.
 
 TensorFlow fixes its logical devices when the runtime starts (the first op,
 device listing or strategy). Virtual devices must therefore be configured
@@ -9,6 +9,30 @@ from compat_distribute import _validate
 
 DEVICE_TYPES = ("CPU", "GPU")
 DEFAULT_GPU_MEMORY_MB = 1024
+# The most logical devices one process gets. 256 CPU devices start in a tenth of
+# a second, and a step over all of them takes about 2 s on 2 cores; a one-host
+# TPU slice has at most 8 cores. A count far past it is a typo that would
+# otherwise build a device list until memory runs out.
+MAX_DEVICES = 256
+_WHERE_LIMIT = "compat_distribute.testing.devices.MAX_DEVICES"
+
+
+def check_count(name, n, *, fix=""):
+    """Returns `n` as an int in [1, MAX_DEVICES]; raises naming `name` otherwise.
+
+    `fix` says what to pass instead; it defaults to asking for what tests need.
+    """
+    fix = fix or (
+        " Ask for as many devices as the tests need: a fake TPU's core count, or the "
+        "n of the largest multi_device(n)."
+    )
+    n = _validate.positive_int(name, n, hint=fix)
+    if n > MAX_DEVICES:
+        raise ValueError(
+            f"{name} must be at most {MAX_DEVICES} ({_WHERE_LIMIT}, the most virtual "
+            f"devices one process gets); got {n}.{fix}"
+        )
+    return n
 
 
 def _too_late(n, device_type, existing):
@@ -29,9 +53,10 @@ def set_virtual_devices(n, device_type="CPU", *, memory_limit_mb=DEFAULT_GPU_MEM
     already has more devices is kept, so calls for different counts compose.
     Called after the runtime started, it succeeds if at least `n` logical
     devices already exist and raises `RuntimeError` otherwise. For "GPU",
-    each logical device gets `memory_limit_mb` of memory.
+    each logical device gets `memory_limit_mb` of memory. `n` is at most
+    `MAX_DEVICES`.
     """
-    n = _validate.positive_int("n", n, hint=" Pass the number of logical devices wanted.")
+    n = check_count("n", n)
     if device_type not in DEVICE_TYPES:
         raise ValueError(
             f"device_type must be one of {DEVICE_TYPES}; got {device_type!r}. TPU cores "

@@ -6,16 +6,23 @@ environment variable and an ini key:
     --tf-devices=N           COMPAT_DISTRIBUTE_TF_DEVICES         tf_devices
     --tpu=fake|auto|NAME     COMPAT_DISTRIBUTE_TPU                tpu
     --fake-tpu-topology=T    COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY  fake_tpu_topology
-    --fake-tpu-strict        COMPAT_DISTRIBUTE_FAKE_TPU_STRICT    fake_tpu_strict
+    --[no-]fake-tpu-strict   COMPAT_DISTRIBUTE_FAKE_TPU_STRICT    fake_tpu_strict
 
-Precedence: command line > environment variable > ini key > default. An empty
-environment variable or ini value counts as not set. A bad value stops the
-session with a `pytest.UsageError` naming the option, the value and its source.
+Precedence: command line > environment variable > ini key > default (for the
+device count, JAX's XLA_FLAGS=--xla_force_host_platform_device_count=N comes
+between the ini key and the default). An empty environment variable or ini
+value counts as not set. A bad value stops the session with a
+`pytest.UsageError` naming the option, the value and its source; so does a
+device count below the fake TPU's cores.
 
-With none of them set the plugin does nothing to TensorFlow: no devices, no
-TPU probe, no header line. `--tf-devices=N` splits the CPU into N virtual
-devices in `pytest_configure`, before any test module imports TensorFlow (each
-pytest-xdist worker does it for its own process). `--tpu` is resolved in
+Devices are configured once per process, before any test runs, never from
+which test comes first: a given count (`--tf-devices=N`) in `pytest_configure`,
+before collection imports TensorFlow; otherwise, once collection is done, as
+many as the selected tests need: the fake TPU's cores when a test uses the
+harness's strategy fixtures, and the largest n of `multi_device(n)`. Each
+pytest-xdist worker collects every test, so each one reaches the same count.
+A run that needs nothing leaves TensorFlow alone: no devices, no TPU probe,
+and, with no setting given, no header line. `--tpu` is resolved in
 `pytest_configure` too (see `_tpu_backend`): a NAME that cannot be reached
 fails the session instead of falling back to the fake.
 
@@ -37,11 +44,16 @@ import os
 import pytest
 
 from compat_distribute.testing import _settings
+from compat_distribute.testing import devices
 
 _SETTINGS = pytest.StashKey()
 _BACKEND = pytest.StashKey()
+_DEVICES = pytest.StashKey()  # (count, why) configured after collection
 
 STRATEGY_PARAMS = ("default", "mirrored", "tpu")
+# Fixtures that build a strategy on the harness's devices: a run using one gets
+# at least the fake TPU's core count.
+_STRATEGY_FIXTURES = ("strategy", "tpu_strategy", "tpu_resolver", "mirrored_strategy")
 
 _MARKERS = (
     "tpu: needs a real TPU; skipped when the TPU is the fake (compat_distribute)",
@@ -68,6 +80,13 @@ def pytest_addoption(parser):
                 dest=_dest(option),
                 help=option.help + where,
             )
+            group.addoption(
+                option.off_flag,
+                action="store_false",
+                default=None,
+                dest=_dest(option),
+                help=f"turn {option.flag} off, over the environment and ini",
+            )
         else:
             group.addoption(
                 option.flag,
@@ -85,6 +104,10 @@ def _is_xdist_controller(config):
     return not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
 
 
+def _is_xdist_worker(config):
+    return hasattr(config, "workerinput")
+
+
 def _read_settings(config):
     try:
         return _settings.resolve(
@@ -97,15 +120,13 @@ def _read_settings(config):
         raise pytest.UsageError(str(e)) from None
 
 
-def _set_up_devices(settings):
-    from compat_distribute.testing import devices  # pylint: disable=g-import-not-at-top
-
+def _create_devices(count, what):
+    """Creates `count` logical CPUs; returns why not (a message) when it came too late."""
     try:
-        devices.set_virtual_devices(settings.tf_devices)
+        devices.set_virtual_devices(count)
     except RuntimeError as e:
-        raise pytest.UsageError(
-            f"--tf-devices={settings.tf_devices} (from {settings.source('tf_devices')}): {e}"
-        ) from None
+        return f"{what}: {e}"
+    return None
 
 
 def _unreachable(settings, error):
@@ -116,12 +137,22 @@ def _unreachable(settings, error):
     )
 
 
+def _stop(config, message):
+    """Ends the session with `message` as a usage error.
+
+    Except in an xdist worker (xdist would restart a worker that fails to
+    start, again and again): there the message is returned, to fail every test.
+    """
+    if _is_xdist_worker(config):
+        return message
+    raise pytest.UsageError(message)
+
+
 def _choose_backend(config, settings):
     """The `Backend`; None on an xdist controller, whose workers choose for themselves.
 
-    A TPU that cannot be reached raises `pytest.UsageError`, except in an xdist
-    worker (xdist would restart a worker that fails to configure, again and
-    again): there the message is kept and fails every test.
+    A TPU that cannot be reached, or a fake with more cores than the devices
+    asked for, stops the session (see `_stop`): the message is returned.
     """
     from compat_distribute.testing import _tpu_backend  # pylint: disable=g-import-not-at-top
 
@@ -132,11 +163,15 @@ def _choose_backend(config, settings):
             if settings.tpu != "auto":
                 _tpu_backend.check_resolves(settings.tpu)
             return None
-        return _tpu_backend.choose(settings)
+        backend = _tpu_backend.choose(settings)
     except _tpu_backend.TPUUnreachableError as e:
-        if hasattr(config, "workerinput"):
-            return _unreachable(settings, e)
-        raise pytest.UsageError(_unreachable(settings, e)) from None
+        return _stop(config, _unreachable(settings, e))
+    if not backend.is_real:
+        try:
+            _settings.check_devices_hold_fake(settings, backend.num_cores)
+        except _settings.SettingError as e:
+            return _stop(config, str(e))
+    return backend
 
 
 def pytest_configure(config):
@@ -145,11 +180,19 @@ def pytest_configure(config):
     settings = _read_settings(config)
     config.stash[_SETTINGS] = settings
     config.stash[_BACKEND] = None
+    config.stash[_DEVICES] = None
     if not settings.any_given:
-        return  # Leave TensorFlow alone; fixtures still work, on the defaults.
-    if settings.tf_devices and not _is_xdist_controller(config):
-        _set_up_devices(settings)
-    config.stash[_BACKEND] = _choose_backend(config, settings)
+        return  # Nothing chosen yet; collection says what the run needs.
+    backend = None
+    if settings.tpu == "fake":  # The fake checks the count before any device exists.
+        backend = _choose_backend(config, settings)
+    if settings.tf_devices and not _is_xdist_controller(config) and not isinstance(backend, str):
+        failed = _create_devices(settings.tf_devices, settings.shown("tf_devices"))
+        if failed:
+            backend = _stop(config, failed)
+    if backend is None:  # After the devices: connecting to a real TPU starts TensorFlow.
+        backend = _choose_backend(config, settings)
+    config.stash[_BACKEND] = backend
 
 
 def _backend(config):
@@ -171,29 +214,105 @@ def pytest_report_header(config):
         done = "chosen" if settings.tpu == "auto" else "connected"
         tpu = f"{settings.tpu} ({done} in each xdist worker)"
     elif isinstance(backend, str):
-        tpu = f"{settings.tpu} (not reachable)"
+        tpu = f"{settings.tpu} (not usable)"
     else:
         tpu = backend.describe()
-    devices = settings.tf_devices or "not set"
-    return f"compat_distribute: tpu={tpu}, tf-devices={devices}"
+    count = settings.tf_devices or "as the tests need"
+    return f"compat_distribute: tpu={tpu}, tf-devices={count}"
+
+
+def _fake_cores(config):
+    """The fake TPU's core count; 0 when the TPU is real or cannot be used."""
+    backend = config.stash.get(_BACKEND, None)
+    if backend is None:
+        backend = config.stash[_BACKEND] = _choose_backend(config, config.stash[_SETTINGS])
+    if backend is None or isinstance(backend, str) or backend.is_real:
+        return 0
+    return backend.num_cores
+
+
+def _devices_needed(config, items):
+    """(count, why): the logical CPUs the selected `items` need, from their markers
+    and the fixtures they use; count 0 when they need none."""
+    needs = []
+    marked = [_marker_count_problem(item, "multi_device")[0] for item in items]
+    largest = max((n for n in marked if n is not None), default=0)
+    if largest > 1:
+        needs.append((largest, f"the largest multi_device(n) is {largest}"))
+    # Items of other plugins (a linter's, a YAML file's) may have no fixtures.
+    uses = (name for item in items for name in getattr(item, "fixturenames", ()))
+    if any(name in _STRATEGY_FIXTURES for name in uses):
+        cores = _fake_cores(config)
+        if cores:
+            needs.append((cores, f"the fake TPU has {cores} cores"))
+    return max((n for n, _ in needs), default=0), "; ".join(why for _, why in needs)
+
+
+@pytest.hookimpl(tryfirst=True)  # Before the terminal reports the collection.
+def pytest_collection_finish(session):
+    """Creates the devices the collected tests need, before any of them runs."""
+    config = session.config
+    settings = config.stash.get(_SETTINGS, None)
+    if (
+        settings is None
+        or settings.tf_devices
+        or config.option.collectonly
+        or isinstance(config.stash.get(_BACKEND, None), str)
+    ):
+        return
+    count, why = _devices_needed(config, session.items)
+    if count <= 1:
+        return
+    failed = _create_devices(count, f"the tests need {count} logical CPU devices ({why})")
+    if failed:
+        enough = max(count, _fake_cores(config))  # A given count must hold the fake too.
+        config.stash[_BACKEND] = _stop(
+            config,
+            f"{failed}\nHere TensorFlow started during collection (a test module or "
+            f"conftest.py ran TensorFlow at import): pass --tf-devices={enough}, which "
+            f"creates the devices before collection.",
+        )
+        return
+    config.stash[_DEVICES] = (count, why)
+
+
+def pytest_report_collectionfinish(config):
+    configured = config.stash.get(_DEVICES, None)
+    if configured is None:
+        return None
+    count, why = configured
+    return f"compat_distribute: {count} logical CPU devices, as the tests need ({why})"
 
 
 # --------------------------------------------------------------------------
 # Markers
 
 
-def _marker_count(item, name):
-    """The n of @pytest.mark.<name>(n), None when left out; fails a bad n."""
+def _marker_count_problem(item, name):
+    """(n, problem) of @pytest.mark.<name>(n): n is None when left out or bad,
+    problem None or what is wrong (a multi_device n is at most MAX_DEVICES)."""
     marker = item.get_closest_marker(name)
     if marker is None or not (marker.args or marker.kwargs):
-        return None
+        return None, None
     n = marker.kwargs.get("n", marker.args[0] if marker.args else None)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        pytest.fail(
+        return None, (
             f"@pytest.mark.{name}(n): n must be a positive int; got {n!r} in "
-            f"{item.nodeid}. Write e.g. @pytest.mark.{name}(2).",
-            pytrace=False,
+            f"{item.nodeid}. Write e.g. @pytest.mark.{name}(2)."
         )
+    if name == "multi_device":
+        try:
+            devices.check_count(f"@pytest.mark.multi_device(n) in {item.nodeid}: n", n)
+        except ValueError as e:
+            return None, str(e)
+    return n, None
+
+
+def _marker_count(item, name):
+    """The n of @pytest.mark.<name>(n), None when left out; fails a bad n."""
+    n, problem = _marker_count_problem(item, name)
+    if problem:
+        pytest.fail(problem, pytrace=False)
     return n
 
 
@@ -216,7 +335,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_runtest_setup(item):
     if isinstance(item.config.stash.get(_BACKEND, None), str):
-        _backend(item.config)  # Fails the test with why the TPU is unreachable.
+        _backend(item.config)  # Fails the test with why the session cannot run.
     _marker_count(item, "multi_worker")  # Checks the argument.
 
 

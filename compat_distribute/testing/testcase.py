@@ -4,7 +4,7 @@ For absltest / unittest users; the pytest plugin gives pytest users the same
 through fixtures. Settings come from the plugin's environment variables
 (COMPAT_DISTRIBUTE_TF_DEVICES, COMPAT_DISTRIBUTE_TPU,
 COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY, COMPAT_DISTRIBUTE_FAKE_TPU_STRICT), else
-their defaults (fake v3-8 TPU, devices left alone):
+their defaults (the fake TPU's default topology, devices left alone):
 
     class MyTest(compat_distribute.testing.TestCase):
 
@@ -29,7 +29,9 @@ class TestCase(tf.test.TestCase):
 
     `setUpClass` reads the settings (a bad value raises `ValueError` naming the
     environment variable) and splits the CPU when COMPAT_DISTRIBUTE_TF_DEVICES
-    asks for it. `tpu_resolver` and `tpu_strategy` are built on first use and
+    (or XLA_FLAGS' --xla_force_host_platform_device_count) asks for it; a count
+    below the fake TPU's cores raises `ValueError` when the TPU is first used.
+    `tpu_resolver` and `tpu_strategy` are built on first use and
     shared by the class's tests. A TPU named by COMPAT_DISTRIBUTE_TPU must be
     reachable: otherwise `tpu_resolver` raises `TPUUnreachableError` rather than
     fall back to the fake.
@@ -51,7 +53,11 @@ class TestCase(tf.test.TestCase):
         """Which TPU this class runs on (`describe()` says it in words)."""
         cls = type(self)
         if cls._compat_distribute_backend is None:
-            cls._compat_distribute_backend = _tpu_backend.choose(cls._compat_distribute_settings)
+            settings = cls._compat_distribute_settings
+            backend = _tpu_backend.choose(settings)
+            if not backend.is_real:
+                _settings.check_devices_hold_fake(settings, backend.num_cores)
+            cls._compat_distribute_backend = backend
         return cls._compat_distribute_backend
 
     @property
