@@ -236,3 +236,14 @@ def strategy_from_bad_factory():
     except TypeError as e:
         return str(e)
     return "no error"
+
+
+def scaled(array, factor):
+    """The array times `factor`, and this task's id: a large value each way."""
+    return cluster.current_task()[1], array * factor
+
+
+def return_a_lock():
+    import threading
+
+    return threading.Lock()

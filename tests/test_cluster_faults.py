@@ -54,6 +54,16 @@ def test_exception_names_the_task_then_cluster_refuses_until_restarted():
         assert set(new_pids).isdisjoint(pids)
         new_namespace = again[0]["network_namespace"]
         assert (new_namespace != namespace) == (c.network == "private")
+        # A result that cannot reach this process is a fault of the task.
+        with pytest.raises(
+            ClusterTaskError,
+            match=r"^local_cluster: worker [01] raised TypeError: the result of "
+            r"cluster_tasks:return_a_lock does not pickle, so it cannot reach the caller: "
+            r"TypeError: cannot pickle '_thread.lock' object. Return plain Python or NumPy "
+            r"values \(call .numpy\(\) on tensors\)\. The cluster was torn down\.\n"
+            r"worker [01] also raised TypeError: the result of cluster_tasks:return_a_lock",
+        ):
+            c.run(tasks.return_a_lock)
     finally:
         c.stop()
     assert_no_leaks(new_pids, new_namespace)

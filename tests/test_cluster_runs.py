@@ -91,6 +91,16 @@ def test_output_of_a_task_is_kept(pair):
 
 
 @pytest.mark.multi_worker
+def test_large_arguments_and_results_travel_whole(pair):
+    array = np.arange(1_000_000, dtype=np.float32)
+    results = pair.run(tasks.scaled, array, factor=2.0)
+    assert [task_id for task_id, _ in results] == [0, 1]
+    for _, doubled in results:
+        assert doubled.dtype == np.float32 and doubled.shape == (1_000_000,)
+        assert float(doubled[-1]) == 1_999_998.0 and float(doubled.sum()) == float((array * 2).sum())
+
+
+@pytest.mark.multi_worker
 def test_chief_comes_first_and_alone_should_checkpoint(with_chief):
     facts = with_chief.run(tasks.strategy_facts)
     assert with_chief.task_names == ["chief 0", "worker 0"]

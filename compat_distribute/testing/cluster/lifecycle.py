@@ -167,7 +167,8 @@ class LocalCluster:
             ClusterError: the cluster was torn down by an earlier fault.
         """
         module, qualname = protocol.function_reference(fn)
-        payload = protocol.pickle_arguments(module, qualname, args, kwargs)
+        self._call_count += 1
+        call = protocol.dumps_call(self._call_count, module, qualname, args, kwargs)
         if not self._tasks:
             if self._failure is not None:
                 raise ClusterError(
@@ -180,7 +181,7 @@ class LocalCluster:
             )
         for attempt in range(ports.PORT_CLASH_RETRIES + 1):
             try:
-                return self._call(module, qualname, payload)
+                return self._call(self._call_count, call, f"{module}:{qualname}")
             except _PortClash as clash:
                 if attempt == ports.PORT_CLASH_RETRIES:
                     error = clash.args[0]
@@ -264,16 +265,15 @@ class LocalCluster:
 
     # -- Calls ---------------------------------------------------------------
 
-    def _call(self, module, qualname, payload):
-        self._call_count += 1
-        call = protocol.Call(self._call_count, module, qualname, payload)
+    def _call(self, call_id, call, function):
+        """Sends the pickled `call` to every task; their results in task order."""
         starts = {t.name: t.output_size() for t in self._tasks}
         try:
             for t in self._tasks:
-                t.send(call)
-            results, failures = self._collect(call.call_id)
+                t.conn.send_bytes(call)
+            results, failures = self._collect(call_id)
             if failures or len(results) < len(self._tasks):
-                self._fail(call.function, results, failures, starts)
+                self._fail(function, results, failures, starts)
             return [results[t.name] for t in self._tasks]
         except BaseException:
             # KeyboardInterrupt, or an error on the way: leave nothing running.
@@ -305,20 +305,21 @@ class LocalCluster:
     def _receive(task, call_id, results):
         """Stores `task`'s result in `results`, or returns its failure."""
         try:
-            answer = task.conn.recv()
+            data = task.conn.recv_bytes()
         except (EOFError, OSError):
             return protocol.TaskDied(task.name, task.wait(netns.EXIT_GRACE_S))
-        if answer.call_id != call_id:
-            raise AssertionError(f"{task.name} answered call {answer.call_id}, not {call_id}")
-        if isinstance(answer, protocol.Raised):
-            return protocol.TaskRaised(task.name, answer)
         try:
-            results[task.name] = pickle.loads(answer.payload)
+            answer = pickle.loads(data)
         except Exception as e:  # pylint: disable=broad-except
             why = f"unpickling the result of {task.name} here failed: {type(e).__name__}: {e}\n"
             return protocol.TaskRaised(
                 task.name, protocol.Raised(call_id, type(e).__name__, str(e), why)
             )
+        if answer.call_id != call_id:
+            raise AssertionError(f"{task.name} answered call {answer.call_id}, not {call_id}")
+        if isinstance(answer, protocol.Raised):
+            return protocol.TaskRaised(task.name, answer)
+        results[task.name] = answer.value
         return None
 
     def _fail(self, call, results, failures, starts):

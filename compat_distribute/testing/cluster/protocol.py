@@ -7,9 +7,12 @@ connection):
     cluster -> task:               Call ..., Exit
     task -> cluster, per Call:     Result or Raised
 
-Arguments and results are pickled by the sender into `payload`, so that a
-value that does not pickle or unpickle fails in the sender's or receiver's
-code with a message naming the function, never inside the connection.
+Each message is pickled once by its sender (`dumps`) and sent as bytes: a
+call goes to every task as the same bytes, and a result is pickled once, in
+its `Result`. The arguments travel pickled inside the call (`payload`), so
+that a task that cannot unpickle them still knows which call to answer.
+Values that do not pickle or unpickle fail with a message naming the function,
+never inside the connection.
 
 Functions reach a task by reference (module, qualname), since a fresh process
 imports them: `function_reference` checks that a task can.
@@ -50,7 +53,7 @@ class StartupFailed:
 @dataclasses.dataclass(frozen=True)
 class Result:
     call_id: int
-    payload: bytes  # The pickled return value.
+    value: object  # What the function returned.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,11 +200,28 @@ def function_reference(fn):
     return module, qualname
 
 
-def pickle_arguments(module, qualname, args, kwargs):
+def dumps(message) -> bytes:
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def dumps_call(call_id, module, qualname, args, kwargs) -> bytes:
+    """A `Call`, pickled once for every task."""
     try:
-        return pickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = dumps((args, kwargs))
     except Exception as e:  # pickle raises several types.
         raise TypeError(
             f"args and kwargs for {module}:{qualname} must pickle, to reach the "
             f"worker processes; pickling failed: {type(e).__name__}: {e}"
+        ) from e
+    return dumps(Call(call_id, module, qualname, payload))
+
+
+def dumps_result(call, value) -> bytes:
+    try:
+        return dumps(Result(call.call_id, value))
+    except Exception as e:  # pylint: disable=broad-except
+        raise TypeError(
+            f"the result of {call.function} does not pickle, so it cannot "
+            f"reach the caller: {type(e).__name__}: {e}. Return plain Python or "
+            f"NumPy values (call .numpy() on tensors)."
         ) from e

@@ -46,7 +46,8 @@ def _state(task, stopped, *, start=False):
 def _failure_summary(failure):
     if isinstance(failure, protocol.TaskDied):
         return exit_reason(failure.exitcode)
-    return f"raised {failure.raised.type}: {failure.raised.message}"
+    # The texts end in a full stop of their own.
+    return f"raised {failure.raised.type}: {failure.raised.message.rstrip('.')}"
 
 
 def format_outputs(outputs, tasks):

@@ -182,9 +182,6 @@ class Task:
             return False
         return True
 
-    def send(self, message):
-        self.conn.send(message)
-
     # -- Stopping ------------------------------------------------------------
 
     def wait(self, timeout):
@@ -196,7 +193,7 @@ class Task:
 
     def ask_to_exit(self):
         try:
-            self.conn.send(protocol.Exit())
+            self.conn.send_bytes(protocol.dumps(protocol.Exit()))
         except (OSError, ValueError):
             pass
 

@@ -20,18 +20,14 @@ from compat_distribute.testing.cluster import context
 from compat_distribute.testing.cluster import protocol
 
 
-def _call(call):
-    args, kwargs = pickle.loads(call.payload)
-    fn = protocol.resolve(importlib.import_module(call.module), call.qualname)
-    result = fn(*args, **kwargs)
+def _answer(call):
+    """The pickled `Result` of `call`, or of the `Raised` that it raised."""
     try:
-        return pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as e:  # pylint: disable=broad-except
-        raise TypeError(
-            f"the result of {call.function} does not pickle, so it cannot "
-            f"reach the caller: {type(e).__name__}: {e}. Return plain Python or "
-            f"NumPy values (call .numpy() on tensors)."
-        ) from e
+        args, kwargs = pickle.loads(call.payload)
+        fn = protocol.resolve(importlib.import_module(call.module), call.qualname)
+        return protocol.dumps_result(call, fn(*args, **kwargs))
+    except BaseException as e:  # pylint: disable=broad-except
+        return protocol.dumps(protocol.Raised.from_exception(call.call_id, e))
 
 
 def main(argv, conn):
@@ -56,10 +52,7 @@ def main(argv, conn):
         if isinstance(message, protocol.Exit):
             conn.close()
             return 0
-        try:
-            answer = protocol.Result(message.call_id, _call(message))
-        except BaseException as e:  # pylint: disable=broad-except
-            answer = protocol.Raised.from_exception(message.call_id, e)
+        answer = _answer(message)
         sys.stdout.flush()
         sys.stderr.flush()
-        conn.send(answer)
+        conn.send_bytes(answer)
