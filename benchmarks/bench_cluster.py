@@ -2,9 +2,16 @@
 workers against the same all-reduce in raw TensorFlow, launched by hand with
 subprocess and TF_CONFIG.
 
-Both sides are measured in the same run, alternating, on the same machine.
+Both sides are measured in the same run on the same machine. Start-up is timed
+over alternating cold starts. The all-reduce is timed with both clusters up at
+once, in alternating batches (one cluster idles while the other is timed), so
+that drifting load on the machine hits both sides alike; a local_cluster on
+the host network is a third side, to show what the private network costs.
+
+`python benchmarks/bench_cluster.py [--rounds N] [--cold-starts N]`.
 """
 
+import argparse
 import json
 import os
 import socket
@@ -19,9 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # pylint: disable=wrong-import-position
 
 NUM_FLOATS = 1_000_000
-REPEATS = 2  # Cold starts per side: each costs seconds of TF import.
 WARM_RUNS = 30
-TIMED_ALL_REDUCES = 20
+ALL_REDUCES_PER_BATCH = 20
 
 # --------------------------------------------------------------------------
 # Worker side: raw TensorFlow, shared by both launchers.
@@ -81,16 +87,17 @@ def noop():
     return None
 
 
-# Launched by hand: `python bench_cluster.py --by-hand` with TF_CONFIG set.
+# Launched by hand: `python bench_cluster.py --by-hand` with TF_CONFIG set. It
+# answers each line "N" on stdin with the median seconds of N all-reduces.
 
 
 def by_hand_worker():
     import tensorflow as tf
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    print(json.dumps({"first": _one_all_reduce(strategy)}), flush=True)
-    seconds = _seconds_per_all_reduce(strategy, TIMED_ALL_REDUCES)
-    print(json.dumps({"seconds_per_all_reduce": seconds}), flush=True)
+    print(json.dumps(_one_all_reduce(strategy)), flush=True)
+    for line in sys.stdin:
+        print(json.dumps(_seconds_per_all_reduce(strategy, int(line))), flush=True)
 
 
 # --------------------------------------------------------------------------
@@ -108,99 +115,147 @@ def _free_ports(count):
             s.close()
 
 
-def measure_by_hand():
+class ByHand:
     """What one writes without local_cluster: TF_CONFIG per process, Popen, read."""
-    addresses = [f"127.0.0.1:{p}" for p in _free_ports(2)]
-    start = time.perf_counter()
-    procs = []
-    for index in range(2):
-        tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="2")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--by-hand"],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
+
+    def __init__(self):
+        addresses = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+        start = time.perf_counter()
+        self.procs = []
+        for index in range(2):
+            tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
+            env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="2")
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, os.path.abspath(__file__), "--by-hand"],
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
             )
-        )
-    try:
-        firsts = [json.loads(p.stdout.readline())["first"] for p in procs]
-        first_s = time.perf_counter() - start
-        seconds = [json.loads(p.stdout.readline())["seconds_per_all_reduce"] for p in procs]
-        for p in procs:
-            p.wait(timeout=60)
-    finally:
-        for p in procs:
+        firsts = self._read()
+        self.start_s = time.perf_counter() - start
+        assert firsts == [2.0, 2.0], firsts
+
+    def _read(self):
+        return [json.loads(p.stdout.readline()) for p in self.procs]
+
+    def seconds_per_all_reduce(self, reps):
+        for p in self.procs:
+            p.stdin.write(f"{reps}\n")
+            p.stdin.flush()
+        return max(self._read())
+
+    def stop(self):
+        for p in self.procs:
             p.kill()
             p.wait()
-    assert firsts == [2.0, 2.0], firsts
-    return {"start_to_first_all_reduce_s": first_s, "seconds_per_all_reduce": max(seconds)}
+            p.stdin.close()
+            p.stdout.close()
 
 
-def measure_local_cluster():
-    from compat_distribute.testing import cluster
+class ThroughLocalCluster:
+    def __init__(self, network):
+        from compat_distribute.testing import cluster
 
-    c = cluster.local_cluster(2, timeout=120)
-    start = time.perf_counter()
-    try:
-        c.start()
-        firsts = c.run(cluster_all_reduce_once)
-        first_s = time.perf_counter() - start
+        self.cluster = cluster.local_cluster(2, timeout=120, network=network)
+        start = time.perf_counter()
+        self.cluster.start()
+        firsts = self.cluster.run(cluster_all_reduce_once)
+        self.start_s = time.perf_counter() - start
         assert firsts == [2.0, 2.0], firsts
-        warm = []
+
+    def seconds_per_all_reduce(self, reps):
+        return max(self.cluster.run(cluster_seconds_per_all_reduce, reps))
+
+    def warm_run_s(self):
+        times = []
         for _ in range(WARM_RUNS):
             t = time.perf_counter()
-            c.run(noop)
-            warm.append(time.perf_counter() - t)
-        per_call = []
-        for _ in range(TIMED_ALL_REDUCES):
+            self.cluster.run(noop)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    def run_all_reduce_s(self):
+        times = []
+        for _ in range(ALL_REDUCES_PER_BATCH):
             t = time.perf_counter()
-            c.run(cluster_all_reduce_once)
-            per_call.append(time.perf_counter() - t)
-        in_worker = max(c.run(cluster_seconds_per_all_reduce, TIMED_ALL_REDUCES))
-    finally:
-        c.stop()
-    return {
-        "start_to_first_all_reduce_s": first_s,
-        "warm_run_s": statistics.median(warm),
-        "run_all_reduce_s": statistics.median(per_call),
-        "seconds_per_all_reduce": in_worker,
-    }
+            self.cluster.run(cluster_all_reduce_once)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    def stop(self):
+        self.cluster.stop()
 
 
 def _ratio(candidate, baseline):
     return {"candidate_s": candidate, "baseline_s": baseline, "ratio": candidate / baseline}
 
 
+def _cold_starts(count):
+    """Start-up to the first all-reduce, alternating sides: ({side: [s, ...]})."""
+    starts = {"local_cluster": [], "by hand": []}
+    for i in range(count):
+        order = [("local_cluster", lambda: ThroughLocalCluster("auto")), ("by hand", ByHand)]
+        for side, make in order if i % 2 == 0 else reversed(order):
+            launched = make()
+            launched.stop()
+            starts[side].append(launched.start_s)
+    return starts
+
+
+def _interleaved(rounds):
+    """Median seconds per all-reduce of each side, all up at once, in turns."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "auto" on a host network
+        sides = {
+            "by hand": ByHand(),
+            "local_cluster": ThroughLocalCluster("auto"),
+            "local_cluster, host network": ThroughLocalCluster("host"),
+        }
+    try:
+        network = sides["local_cluster"].cluster.network
+        batches = {side: [] for side in sides}
+        for r in range(rounds):
+            names = list(sides) if r % 2 == 0 else list(reversed(sides))
+            for side in names:
+                batches[side].append(sides[side].seconds_per_all_reduce(ALL_REDUCES_PER_BATCH))
+        through_run = sides["local_cluster"]
+        return network, batches, through_run.warm_run_s(), through_run.run_all_reduce_s()
+    finally:
+        for launched in sides.values():
+            launched.stop()
+
+
 def main():
-    local, by_hand = [], []
-    for i in range(REPEATS):  # Alternate, so drifting load hits both sides.
-        order = [(measure_local_cluster, local), (measure_by_hand, by_hand)]
-        for measure, out in order if i % 2 == 0 else reversed(order):
-            out.append(measure())
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=10, help="timed batches per side")
+    parser.add_argument("--cold-starts", type=int, default=2, help="cold starts per side")
+    flags = parser.parse_args()
 
-    def med(runs, key):
-        return statistics.median(r[key] for r in runs)
-
+    starts = _cold_starts(flags.cold_starts)
+    network, batches, warm_run_s, run_all_reduce_s = _interleaved(flags.rounds)
+    per_all_reduce = {side: statistics.median(b) for side, b in batches.items()}
     start_ratio = _ratio(
-        med(local, "start_to_first_all_reduce_s"), med(by_hand, "start_to_first_all_reduce_s")
+        statistics.median(starts["local_cluster"]), statistics.median(starts["by hand"])
     )
+    inner_ratio = _ratio(per_all_reduce["local_cluster"], per_all_reduce["by hand"])
+    host_ratio = _ratio(per_all_reduce["local_cluster, host network"], per_all_reduce["by hand"])
     # A warm run() of one all-reduce against the all-reduce alone, in raw TF.
-    call_ratio = _ratio(med(local, "run_all_reduce_s"), med(by_hand, "seconds_per_all_reduce"))
-    # Inside the workers the all-reduce is TF's either way: this should be ~1.
-    inner_ratio = _ratio(
-        med(local, "seconds_per_all_reduce"), med(by_hand, "seconds_per_all_reduce")
-    )
-    warm_run_s = med(local, "warm_run_s")
+    call_ratio = _ratio(run_all_reduce_s, per_all_reduce["by hand"])
     rows = {
         "start to first all-reduce (2 workers): local_cluster / by hand": start_ratio,
         "1e6-float all-reduce: local_cluster.run / raw TF in-process": call_ratio,
         "1e6-float all-reduce inside workers: local_cluster / by hand": inner_ratio,
+        "1e6-float all-reduce inside workers: local_cluster on the host network / by hand": host_ratio,
+        "local_cluster network": network,
         "warm run(noop) on 2 workers (s)": warm_run_s,
-        "local_cluster runs": local,
-        "by-hand runs": by_hand,
+        "cold starts (s)": starts,
+        "seconds per all-reduce, per batch": batches,
     }
     table = [
         {
@@ -219,9 +274,16 @@ def main():
             call_ratio,
         ),
         _common.table_row(
-            "1e6-float all-reduce inside local_cluster workers / hand-launched workers",
+            f"1e6-float all-reduce inside local_cluster workers ({network} network) / "
+            f"hand-launched workers",
             inner_ratio,
-            "~1.0",
+            "<= 1.05",
+        ),
+        _common.table_row(
+            "1e6-float all-reduce inside local_cluster workers (host network) / "
+            "hand-launched workers",
+            host_ratio,
+            "<= 1.05",
         ),
     ]
     _common.report("cluster", rows, table)

@@ -13,6 +13,7 @@ __getattr__, __dir__, __all__ = _lazy.attach(
             "ClusterError",
             "ClusterTaskError",
             "ClusterTimeoutError",
+            "LaunchHooks",
             "LocalCluster",
             "TFConfig",
             "current_task",

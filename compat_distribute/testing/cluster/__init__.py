@@ -1,0 +1,74 @@
+"""Real multi-worker TensorFlow clusters made of local processes.
+
+`local_cluster` starts one fresh Python process per task (an optional chief,
+then N workers), each with its own `TF_CONFIG` naming 127.0.0.1 addresses, and
+runs an importable function in every task:
+
+    def step():  # at module level, so a worker can import it by name
+        strategy = cluster.worker_strategy()
+        return strategy.num_replicas_in_sync
+
+    with cluster.local_cluster(num_workers=2) as c:
+        assert c.run(step) == [2, 2]
+
+Tasks start once per cluster and are reused by every `run` (importing
+TensorFlow is the dominant cost). A worker imports TensorFlow and builds
+nothing: the function it runs builds its strategy, because
+MultiWorkerMirroredStrategy must be created before any op in a process;
+`worker_strategy()` builds it once per worker and caches it.
+
+Faults surface and nothing is left behind: an exception in a task is re-raised
+here as `ClusterTaskError` naming the task; a task that dies, hangs or is
+stopped past `timeout` fails the call with every task's Python stack; every
+exit path kills the tasks' process groups, reaps them and removes the cluster's
+temporary directory. Tasks die with this process, and a cluster reaps what a
+killed run left. After a fault the cluster is torn down: `run` raises
+`ClusterError` until `start()` launches fresh tasks.
+
+One module per role, as pytest-xdist's dsession / workermanage / remote:
+
+    lifecycle   LocalCluster: start, run, tear down (this process)
+    task        one task process: launch, watch, stop; TaskSpec names its main
+    worker      the main of a task that serves `run` (in the task process)
+    context     current_task() and worker_strategy() (in the task process)
+    protocol    the typed messages between the two, and function references
+    report      the error texts
+    tf_config   the cluster spec and each task's TF_CONFIG
+    ports       free loopback ports
+    netns       private network namespaces (why: see there)
+    workdir     the cluster's temp dir; reaping what a killed run left
+    hooks       LaunchHooks: fault injection for tests
+    errors      ClusterError, ClusterTaskError, ClusterTimeoutError
+
+This package is the one place of compat_distribute that launches processes.
+"""
+
+from compat_distribute._tf_config import TFConfig
+from compat_distribute._tf_config import parse_tf_config
+from compat_distribute.testing.cluster.context import current_task
+from compat_distribute.testing.cluster.context import worker_strategy
+from compat_distribute.testing.cluster.errors import ClusterError
+from compat_distribute.testing.cluster.errors import ClusterTaskError
+from compat_distribute.testing.cluster.errors import ClusterTimeoutError
+from compat_distribute.testing.cluster.hooks import LaunchHooks
+from compat_distribute.testing.cluster.lifecycle import LocalCluster
+from compat_distribute.testing.cluster.lifecycle import local_cluster
+from compat_distribute.testing.cluster.ports import PortPicker
+from compat_distribute.testing.cluster.ports import pick_unused_port
+from compat_distribute.testing.cluster.task import TaskSpec
+
+__all__ = [
+    "ClusterError",
+    "ClusterTaskError",
+    "ClusterTimeoutError",
+    "LaunchHooks",
+    "LocalCluster",
+    "PortPicker",
+    "TFConfig",
+    "TaskSpec",
+    "current_task",
+    "local_cluster",
+    "parse_tf_config",
+    "pick_unused_port",
+    "worker_strategy",
+]

@@ -1,0 +1,53 @@
+"""Checks of `local_cluster`'s arguments: a clear error before anything starts."""
+
+import numbers
+
+from compat_distribute import _validate
+from compat_distribute._tf_config import parse_tf_config
+from compat_distribute.testing.cluster.hooks import LaunchHooks
+
+
+def positive_seconds(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds; got {_validate.show(value)}.")
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError(
+            f"{name} must be a finite number of seconds > 0; got {_validate.show(value)}. "
+            f"Every call needs a bound so that a hung task cannot hang the caller."
+        )
+    return float(value)
+
+
+def env(env):
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        raise TypeError(f"env must be a dict of str -> str; got {_validate.show(env)}.")
+    for key, value in env.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(
+                f"env must map str -> str; env[{key!r}] = {_validate.show(value)}. Convert "
+                f"values with str()."
+            )
+    if "TF_CONFIG" in env:
+        # Say what is wrong with it first, if anything: a malformed TF_CONFIG
+        # usually means the caller meant to configure the cluster through it.
+        parse_tf_config(env["TF_CONFIG"])
+        raise ValueError(
+            "env['TF_CONFIG'] is set, but local_cluster writes TF_CONFIG for each "
+            "task itself (127.0.0.1 ports it picks). Remove it from env and use "
+            "num_workers= and has_chief= to shape the cluster."
+        )
+    return dict(env)
+
+
+def hooks(value):
+    if value is None:
+        return LaunchHooks()
+    if not isinstance(value, LaunchHooks):
+        raise TypeError(
+            f"hooks must be None or a compat_distribute.testing.cluster.LaunchHooks; "
+            f"got {_validate.show(value)}. Build one with LaunchHooks(pick_ports=..., "
+            f"command=..., on_launch=...)."
+        )
+    return value

@@ -1,0 +1,171 @@
+"""The texts of a cluster's errors: which task, what happened, its output and stacks.
+
+A task here is anything with `.name`, `.task_type`, `.task_id`, `.alive` and
+`.exitcode()` (see `task.Task`); `stopped` holds the names of the tasks that
+were stopped (SIGSTOP, a debugger) when the call failed.
+"""
+
+import signal
+
+from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster.errors import ClusterTaskError
+from compat_distribute.testing.cluster.errors import ClusterTimeoutError
+
+# Lines of a task's output quoted in errors.
+TAIL_LINES = 40
+
+
+def tail(text, lines=TAIL_LINES):
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+def indent(text):
+    return "\n".join("    " + line for line in text.splitlines()) or "    (nothing)"
+
+
+def exit_reason(code):
+    if code is None:
+        return "is still running"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _state(task, stopped, *, start=False):
+    if task.name in stopped:
+        return "stopped: SIGSTOP, SIGTSTP or a debugger"
+    code = task.exitcode()
+    if start and not task.alive and code is None:
+        return "never said hello"
+    return exit_reason(code)
+
+
+def _failure_summary(failure):
+    if isinstance(failure, protocol.TaskDied):
+        return exit_reason(failure.exitcode)
+    # The texts end in a full stop of their own.
+    return f"raised {failure.raised.type}: {failure.raised.message.rstrip('.')}"
+
+
+def format_outputs(outputs, tasks):
+    return "".join(
+        f"\nOutput of {t.name} during the call (last lines):\n{indent(tail(outputs[t.name]))}"
+        for t in tasks
+    )
+
+
+def format_stacks(stacks, tasks, stopped, *, start=False):
+    parts = []
+    for t in tasks:
+        if t.name in stacks:
+            parts.append(f"\nPython stacks of {t.name}:\n{indent(stacks[t.name])}")
+        else:
+            parts.append(f"\nPython stacks of {t.name}: none ({_state(t, stopped, start=start)}).")
+    return "".join(parts)
+
+
+def _stopped_first(pending, stopped):
+    """The stopped tasks (the likely cause: the others wait for them), then the rest."""
+    first = [t for t in pending if t.name in stopped]
+    return first, first + [t for t in pending if t not in first]
+
+
+def _stopped_clause(stopped):
+    if not stopped:
+        return ""
+    names = ", ".join(t.name for t in stopped)
+    verb = "is" if len(stopped) == 1 else "are"
+    return f"{names} {verb} stopped (SIGSTOP, SIGTSTP or a debugger) and cannot answer; "
+
+
+def call_timeout(call, timeout, tasks, pending, stacks, outputs, stopped):
+    stopped_tasks, pending = _stopped_first(pending, stopped)
+    names = ", ".join(t.name for t in pending)
+    return ClusterTimeoutError(
+        f"local_cluster: run({call}) did not finish within {timeout:g} s (timeout); "
+        f"{_stopped_clause(stopped_tasks)}still running: {names}. The cluster was torn down."
+        f"{format_outputs(outputs, pending)}"
+        f"{format_stacks(stacks, tasks, stopped)}",
+        pending=[t.name for t in pending],
+        stopped=[t.name for t in stopped_tasks],
+        stacks=stacks,
+    )
+
+
+def call_failure(call, tasks, failures, pending, stacks, outputs, stopped):
+    """The ClusterTaskError for `failures` (typed, first one first) in a call.
+
+    A stopped task is named first: the others fail or wait because of it.
+    """
+    stopped_tasks, pending = _stopped_first(pending, stopped)
+    first = failures[0]
+    if stopped_tasks:
+        task = stopped_tasks[0]
+        headline = (
+            f"{task.name} was stopped (SIGSTOP, SIGTSTP or a debugger) during run({call}) "
+            f"and could not answer"
+        )
+        exitcode, remote_tb, detail = None, "", ""
+        failures = [None] + list(failures)
+    elif isinstance(first, protocol.TaskDied):
+        task = next(t for t in tasks if t.name == first.task)
+        headline = f"{task.name} {exit_reason(first.exitcode)} during run({call})"
+        exitcode, remote_tb, detail = first.exitcode, "", ""
+    else:
+        task = next(t for t in tasks if t.name == first.task)
+        headline = f"{task.name} {_failure_summary(first)}"
+        exitcode, remote_tb = None, first.raised.traceback
+        detail = f"\nTraceback in {task.name}:\n{indent(remote_tb)}"
+    others = "".join(f"\n{f.task} also {_failure_summary(f)}." for f in failures[1:])
+    rest = [t for t in pending if t is not task]
+    if rest:
+        others += f"\nStill running when the call failed: {', '.join(t.name for t in rest)}."
+    quiet = isinstance(first, protocol.TaskRaised) and not pending
+    return ClusterTaskError(
+        f"local_cluster: {headline}. The cluster was torn down.{others}{detail}"
+        f"{format_outputs(outputs, [task] + rest)}"
+        f"{'' if quiet else format_stacks(stacks, tasks, stopped)}",
+        task_type=task.task_type,
+        task_id=task.task_id,
+        exitcode=exitcode,
+        remote_traceback=remote_tb,
+        output_tail=tail(outputs[task.name]),
+        stacks=stacks,
+    )
+
+
+def start_timeout(timeout, tasks, waiting, stacks, stopped):
+    stopped_tasks, waiting = _stopped_first(waiting, stopped)
+    names = ", ".join(t.name for t in waiting)
+    return ClusterTimeoutError(
+        f"local_cluster: {names} did not start within {timeout:g} s (start_timeout); "
+        f"{_stopped_clause(stopped_tasks)}the other tasks would wait for them forever, so "
+        f"the cluster was torn down.{format_stacks(stacks, tasks, stopped, start=True)}",
+        pending=[t.name for t in waiting],
+        stopped=[t.name for t in stopped_tasks],
+        stacks=stacks,
+    )
+
+
+def start_died(task, code):
+    return ClusterTaskError(
+        f"local_cluster: {task.name} {exit_reason(code)} during start-up, before it was ready.\n"
+        f"Output of {task.name} (last lines):\n{indent(tail(task.output()))}",
+        task_type=task.task_type,
+        task_id=task.task_id,
+        exitcode=code,
+        output_tail=tail(task.output()),
+    )
+
+
+def start_failed(task, remote_traceback):
+    return ClusterTaskError(
+        f"local_cluster: {task.name} failed during start-up:\n{indent(remote_traceback)}",
+        task_type=task.task_type,
+        task_id=task.task_id,
+        remote_traceback=remote_traceback,
+        output_tail=tail(task.output()),
+    )

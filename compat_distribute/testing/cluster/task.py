@@ -1,0 +1,243 @@
+"""One task of a local cluster: a Python process, launched, watched, stopped.
+
+A task runs `python -c BOOTSTRAP`, which arms the SIGUSR1 stack dump, ties
+the process's life to its parent's, says `Alive`, and then runs the `main(argv,
+conn)` of the module named in its `TaskSpec`: `worker` for the tasks that serve
+`LocalCluster.run`, or any other main (a long-lived server, say) that speaks
+`protocol` on `conn`: `Ready` once set up, then serves until `Exit`.
+
+The process runs in a session of its own (so killing its process group reaches
+anything it spawned, and a Ctrl-C in the terminal reaches the parent alone),
+writes stdout and stderr to a log file, and gets its own TMPDIR inside the
+cluster's directory. It dies with its parent: by the parent-death signal on
+Linux (SIGKILL, which also ends a stopped task), and on every platform by a
+thread that exits when its parent changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing import connection as mp_connection
+
+from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster import tf_config
+
+# argv: fd of the socket, parent pid, 1 to set the parent-death signal, main's
+# module, then main's own arguments. Everything before the import of `main` is
+# standard library, so a task stuck in start-up can still dump its stack.
+BOOTSTRAP = """\
+import faulthandler, os, signal, sys, threading, time
+faulthandler.enable()
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+fd, parent, death_signal, main = sys.argv[1:5]
+if death_signal == "1":
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def _exit_when_orphaned(parent):
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(70)
+if os.getppid() != int(parent):
+    os._exit(70)
+threading.Thread(target=_exit_when_orphaned, args=(int(parent),), daemon=True).start()
+os.set_inheritable(int(fd), False)
+from multiprocessing import connection
+from compat_distribute.testing.cluster import protocol
+conn = connection.Connection(int(fd))
+conn.send(protocol.Alive(os.getpid()))
+import importlib
+sys.exit(importlib.import_module(main).main(sys.argv[5:], conn))
+"""
+# The bootstrap's watchdog thread: in every stack dump, saying nothing.
+WATCHDOG_FRAME = "_exit_when_orphaned"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """What to launch for one task.
+
+    main: module whose `main(argv, conn) -> exit status` runs in the task.
+    argv: that main's arguments.
+    env: the task's whole environment (TF_CONFIG included).
+    """
+
+    task_type: str
+    task_id: int
+    main: str
+    argv: tuple[str, ...] = ()
+    env: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def name(self):
+        return tf_config.task_name(self.task_type, self.task_id)
+
+
+def bootstrap_command(spec: TaskSpec, fd: int) -> list[str]:
+    """The command line that runs `spec` in a fresh Python, talking on `fd`."""
+    # The parent-death signal fires when the thread that forked the task ends:
+    # only the main thread lives as long as this process.
+    death_signal = sys.platform.startswith("linux") and (
+        threading.current_thread() is threading.main_thread()
+    )
+    return [
+        sys.executable,
+        "-c",
+        BOOTSTRAP,
+        str(fd),
+        str(os.getpid()),
+        "1" if death_signal else "0",
+        spec.main,
+        *spec.argv,
+    ]
+
+
+class Task:
+    """A launched task process and the parent's end of its connection."""
+
+    def __init__(self, spec: TaskSpec, *, log_path, network=None, command=None):
+        """Launches `spec`; `network`: a `netns.PrivateNetwork` to run in;
+        `command(spec, argv) -> argv` may replace the command (see LaunchHooks)."""
+        self.spec = spec
+        self.log_path = log_path
+        self.alive = False  # Said Alive: its SIGUSR1 stack dump is armed.
+        self.ready = False  # Its main is set up.
+        parent_end, child_end = socket.socketpair()
+        argv = bootstrap_command(spec, child_end.fileno())
+        if command is not None:
+            argv = list(command(spec, argv))
+        pass_fds = (child_end.fileno(),)
+        if network is not None:
+            argv = network.enter(argv)
+            pass_fds += network.fds
+        try:
+            with open(log_path, "wb") as log:
+                self.process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=spec.env,
+                    pass_fds=pass_fds,
+                    start_new_session=True,
+                )
+        except BaseException:
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()
+        self.conn = mp_connection.Connection(parent_end.detach())
+
+    @property
+    def name(self):
+        return self.spec.name
+
+    @property
+    def task_type(self):
+        return self.spec.task_type
+
+    @property
+    def task_id(self):
+        return self.spec.task_id
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    # -- Watching ------------------------------------------------------------
+
+    def output(self, start=0) -> str:
+        with open(self.log_path, "rb") as f:
+            f.seek(start)
+            return f.read().decode("utf-8", "replace")
+
+    def output_size(self) -> int:
+        return os.path.getsize(self.log_path)
+
+    def exitcode(self):
+        """Its exit status (negative: killed by that signal), None while it runs."""
+        return self.process.poll()
+
+    def stopped(self) -> bool:
+        """Whether it is stopped (SIGSTOP, SIGTSTP, a debugger): it cannot answer."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+        except (OSError, IndexError):
+            return False
+
+    def request_stack_dump(self) -> bool:
+        """Asks the task to write its Python stacks to its log (SIGUSR1)."""
+        if not self.alive or self.exitcode() is not None:
+            return False
+        try:
+            os.kill(self.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return False
+        return True
+
+    # -- Stopping ------------------------------------------------------------
+
+    def wait(self, timeout):
+        """Its exit status within `timeout` seconds, or None."""
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def ask_to_exit(self):
+        try:
+            self.conn.send_bytes(protocol.dumps(protocol.Exit()))
+        except (OSError, ValueError):
+            pass
+
+    def kill(self):
+        """SIGKILL to its process group (the task and whatever it spawned).
+
+        start_new_session made the task's pid its group id; Linux keeps that id
+        reserved while any member lives, even once the task itself was reaped,
+        so this reaches what it spawned and no stranger.
+        """
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def reap(self):
+        """Waits for the killed process; says so when it does not die."""
+        if self.wait(timeout=10) is None:  # Unkillable (D state).
+            print(
+                f"local_cluster: {self.name} (pid {self.pid}) did not die after SIGKILL.",
+                file=sys.stderr,
+            )
+        self.conn.close()
+
+
+def launch_all(specs, *, workdir, network, hooks):
+    """Launches a `Task` per spec; on any failure kills what started, re-raises."""
+    tasks = []
+    try:
+        for spec in specs:
+            task = Task(
+                spec,
+                log_path=workdir.log_path(spec.name),
+                network=network,
+                command=hooks.command,
+            )
+            tasks.append(task)
+            workdir.record_task(task.pid)
+            if hooks.on_launch is not None:
+                hooks.on_launch(spec.name, task.pid)
+    except BaseException:
+        for task in tasks:
+            task.kill()
+        for task in tasks:
+            task.reap()
+        raise
+    return tasks

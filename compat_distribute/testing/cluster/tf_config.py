@@ -1,0 +1,30 @@
+"""The cluster's shape and the `TF_CONFIG` each task is given.
+
+Parsing and validating `TF_CONFIG` is the core's (`compat_distribute._tf_config`);
+this module builds it for the tasks of a local cluster.
+"""
+
+from compat_distribute._tf_config import TFConfig
+
+
+def task_keys(num_workers, has_chief):
+    """(task_type, task_id) of every task, in result order: the chief first."""
+    keys = [("chief", 0)] if has_chief else []
+    return keys + [("worker", i) for i in range(num_workers)]
+
+
+def task_name(task_type, task_id):
+    return f"{task_type} {task_id}"
+
+
+def cluster_spec(keys, ports):
+    """{job: ("127.0.0.1:port", ...)} for the tasks `keys` listening on `ports`."""
+    spec = {}
+    for (task_type, _), port in zip(keys, ports):
+        spec.setdefault(task_type, []).append(f"127.0.0.1:{port}")
+    return {job: tuple(addresses) for job, addresses in spec.items()}
+
+
+def for_task(spec, task_type, task_id) -> TFConfig:
+    """The `TF_CONFIG` of one task of the cluster `spec`."""
+    return TFConfig(spec, task_type, task_id, rpc_layer="grpc")

@@ -1,0 +1,58 @@
+"""The main of a task that serves `LocalCluster.run` (runs inside the task).
+
+Started by `task.BOOTSTRAP` (TF_CONFIG set, `--devices D`), which armed the
+stack dump and said `Alive`. `main` enters the task (`context.enter`), makes D
+virtual CPU devices, says `Ready`, then answers each `protocol.Call` with a
+`Result` or `Raised` until `Exit` or until the cluster's end of the connection
+closes. It builds no TensorFlow state of its own: the functions it runs do.
+"""
+
+import argparse
+import importlib
+import os
+import pickle
+import sys
+import traceback
+
+from compat_distribute._tf_config import parse_tf_config
+from compat_distribute.testing import devices
+from compat_distribute.testing.cluster import context
+from compat_distribute.testing.cluster import protocol
+
+
+def _answer(call):
+    """The pickled `Result` of `call`, or of the `Raised` that it raised."""
+    try:
+        args, kwargs = pickle.loads(call.payload)
+        fn = protocol.resolve(importlib.import_module(call.module), call.qualname)
+        return protocol.dumps_result(call, fn(*args, **kwargs))
+    except BaseException as e:  # pylint: disable=broad-except
+        return protocol.dumps(protocol.Raised.from_exception(call.call_id, e))
+
+
+def main(argv, conn):
+    """Serves calls on `conn` until told to exit; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="local_cluster worker")
+    parser.add_argument("--devices", type=int, default=1)
+    flags = parser.parse_args(argv)
+    try:
+        context.enter(parse_tf_config(os.environ["TF_CONFIG"]))
+        # Before any op: logical devices are fixed once the runtime starts.
+        devices.set_virtual_devices(flags.devices, "CPU")
+    except BaseException:  # pylint: disable=broad-except
+        conn.send(protocol.StartupFailed(traceback.format_exc()))
+        return 1
+    conn.send(protocol.Ready(os.getpid()))
+
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:  # The cluster went away.
+            return 0
+        if isinstance(message, protocol.Exit):
+            conn.close()
+            return 0
+        answer = _answer(message)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        conn.send_bytes(answer)

@@ -1,0 +1,89 @@
+"""Process-table, temp-dir and network checks shared by the test_cluster_* modules."""
+
+import os
+import tempfile
+
+import pytest
+
+from compat_distribute.testing.cluster import lifecycle
+from compat_distribute.testing.cluster import netns
+
+HOST_NETWORK = os.readlink("/proc/self/ns/net")
+
+
+def _children_by_parent():
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:  # Gone meanwhile.
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(name))
+    return children
+
+
+def descendants(pid=None):
+    children = _children_by_parent()
+    found, todo = set(), [pid or os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def running(pid):
+    """Whether `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def network_namespace_users(namespace):
+    """Processes inside `namespace` ("net:[inode]") and descriptors of this
+    process holding it: what keeps a network namespace alive."""
+    users = []
+    for name in os.listdir("/proc"):
+        try:
+            if name.isdigit() and os.readlink(f"/proc/{name}/ns/net") == namespace:
+                users.append(f"pid {name}")
+        except OSError:  # Gone meanwhile, or not ours to read.
+            pass
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == namespace:
+                users.append(f"fd {fd}")
+        except OSError:
+            pass
+    return users
+
+
+def cluster_dirs(directory=None):
+    """This process's cluster directories in `directory` (default: the temp dir)."""
+    directory = directory or tempfile.gettempdir()
+    mine = f"local_cluster-{os.getpid()}."
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.startswith(mine))
+
+
+def assert_no_leaks(pids, network_namespace=None):
+    """`pids` are gone (dead and reaped); every descendant of this process and
+    every cluster directory belongs to a cluster that still runs (the shared
+    fixtures); nothing holds the cluster's private network namespace any more."""
+    assert pids, "no pids recorded"
+    assert [p for p in pids if os.path.exists(f"/proc/{p}")] == []
+    live = lifecycle.running_clusters()
+    assert descendants() - {p for c in live for p in c.pids} == set()
+    assert set(cluster_dirs()) - {c.directory for c in live} == set()
+    if network_namespace not in (None, HOST_NETWORK):
+        assert network_namespace_users(network_namespace) == []
+
+
+def require_private_network(c):
+    if c.network != "private":
+        pytest.skip(f"no private network namespace on this machine: {netns.support()}")
