@@ -37,6 +37,7 @@ INTERNALS = {
     "TPUSystemMetadata": "tensorflow.python.tpu.tpu_system_metadata:TPUSystemMetadata",
     "TopologyProto": "tensorflow.core.protobuf.tpu.topology_pb2:TopologyProto",
     "HardwareFeature": "tensorflow.python.tpu.tpu_hardware_feature:HardwareFeature",
+    "variable_accessed": "tensorflow.python.eager.tape:variable_accessed",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on

@@ -1,5 +1,6 @@
 """`FakeTPUExtended`: MirroredExtended over the fake's cores, with the TPU's rules."""
 
+import functools
 import types
 
 import numpy as np
@@ -99,14 +100,6 @@ class FakeTPUExtended(_tf.MirroredExtended):
     # Reductions. On a TPU every tensor in a step is a cross_replica_sum operand,
     # and a cross-replica reduce of a variable sums its copies.
 
-    def reduce_to(self, reduce_op, value, destinations, options=None):
-        check_reduce_op(reduce_op)
-        return super().reduce_to(reduce_op, value, destinations, options)
-
-    def batch_reduce_to(self, reduce_op, value_destination_pairs, options=None):
-        check_reduce_op(reduce_op)
-        return super().batch_reduce_to(reduce_op, value_destination_pairs, options)
-
     def _same_on_every_replica(self, value):
         """True for a tensor that is one object in every replica of a running step."""
         return (
@@ -188,3 +181,18 @@ class FakeTPUExtended(_tf.MirroredExtended):
 
 
 _members.serve(FakeTPUExtended, _members.TPU, _members.EXTENDED)
+
+
+def _checking_reduce_op(served):
+    """`served` (the member table's reduce_to / batch_reduce_to), checking reduce_op first."""
+
+    @functools.wraps(served)
+    def method(self, reduce_op, *args, **kwargs):
+        check_reduce_op(reduce_op)
+        return served(self, reduce_op, *args, **kwargs)
+
+    return method
+
+
+FakeTPUExtended.reduce_to = _checking_reduce_op(FakeTPUExtended.reduce_to)
+FakeTPUExtended.batch_reduce_to = _checking_reduce_op(FakeTPUExtended.batch_reduce_to)

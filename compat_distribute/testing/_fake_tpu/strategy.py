@@ -73,7 +73,8 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
 
         Returns one output per replica, as a TPU does: a tensor that is the same
         object in every replica (a pass-through input) comes back as a
-        `PerReplica` with a copy on each replica's device.
+        `PerReplica` with a copy on each replica's device (one replica's
+        outputs come back as they are, as from TF's regroup).
         """
         _tf.validate_run_function(fn)
         # TPUStrategy's argument checks (variables in *args, too many args).
@@ -84,6 +85,8 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
             outputs = super().run(fn, args=args, kwargs=kwargs, options=options)
         finally:
             self.extended._runs_in_progress -= 1  # pylint: disable=protected-access
+        if self.num_replicas_in_sync == 1:
+            return outputs  # TF's regroup unwraps the outputs of one replica.
         return tf.nest.map_structure(self._per_replica, outputs)
 
     def _per_replica(self, output):
