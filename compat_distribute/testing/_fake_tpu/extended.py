@@ -97,6 +97,17 @@ class FakeTPUExtended(_tf.MirroredExtended):
             )
         return variables.adopt(super()._create_variable(next_creator, **kwargs))
 
+    def _call_for_each_replica(self, fn, args, kwargs):
+        extended = self
+
+        def replica_fn(*replica_args, **replica_kwargs):
+            # TPUReplicaContext's member, which MirroredStrategy's replica context lacks.
+            context = tf.distribute.get_replica_context()
+            context.experimental_logical_device = extended.experimental_logical_device
+            return fn(*replica_args, **replica_kwargs)
+
+        return super()._call_for_each_replica(replica_fn, args, kwargs)
+
     # Reductions. On a TPU every tensor in a step is a cross_replica_sum operand,
     # and a cross-replica reduce of a variable sums its copies.
 

@@ -61,6 +61,10 @@ class _FakeTPUVariableMixin:
     def handle(self):
         device = self._tpu_rules_apply()
         if device is None:
+            if _replica_device(self) is None and self._use_packed_variable():
+                # Cross-replica, as TPUVariableMixin: the copy's own handle on
+                # this device (or the first replica's), not the packed one.
+                return self._get_on_device_or_primary().on_device_handle()
             return super().handle
         if not self._use_packed_variable():
             return self._values[self._index_on(device)].handle
