@@ -15,6 +15,8 @@ unless a topology is given (checked against the fake TPU's presets).
 import dataclasses
 from typing import Any, Callable
 
+from compat_distribute.testing._fake_tpu.topologies import DEFAULT_TOPOLOGY
+
 TPU_KEYWORDS = ("fake", "auto")
 DEFAULT_SOURCE = "the default"
 _TRUE = ("1", "true", "yes", "on")
@@ -98,8 +100,8 @@ OPTIONS = (
         flag="--fake-tpu-topology",
         env="COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY",
         parse=_topology,
-        default="v3-8",
-        help="topology of the fake TPU (default: v3-8)",
+        default=DEFAULT_TOPOLOGY,
+        help=f"topology of the fake TPU (default: {DEFAULT_TOPOLOGY})",
         metavar="TOPOLOGY",
     ),
     Option(
@@ -120,7 +122,7 @@ class Settings:
 
     tf_devices: int | None = None
     tpu: str = "fake"
-    fake_tpu_topology: str = "v3-8"
+    fake_tpu_topology: str = DEFAULT_TOPOLOGY
     fake_tpu_strict: bool = False
     sources: tuple = ()  # ((name, source), ...)
 

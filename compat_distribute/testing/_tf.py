@@ -53,6 +53,7 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_replica"),
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_as_operand"),
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_dense_var_to_tensor"),
+    ("tensorflow.python.eager.polymorphic_function.polymorphic_function:Function", "_clone"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)
@@ -86,3 +87,8 @@ def give_next_multi_worker_strategies_own_keys():
     base = next_collective_key_base()
     __getattr__("CollectiveAllReduceStrategy")._collective_key_base = base
     __getattr__("CollectiveAllReduceStrategyV1")._collective_key_base = base
+
+
+def clone_function(function, python_function):
+    """A copy of tf.function `function` (its options kept) around `python_function`."""
+    return function._clone(python_function=python_function)

@@ -3,12 +3,14 @@
 import warnings
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import compat_distribute
 from compat_distribute import _patching
 from compat_distribute.testing import FakeTPU
 from compat_distribute.testing import FakeTPUClusterResolver
+from compat_distribute.testing import FakeTPUStrategy
 from compat_distribute.testing import fake_tpu
 from compat_distribute.testing import initialize_tpu_system
 from compat_distribute.testing import shutdown_tpu_system
@@ -196,3 +198,33 @@ def test_sixteen_core_mesh_in_a_fresh_process(run_python):
         """)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split("\n")[-2] == "16 16 [120.0] 16 4 4"
+
+
+def test_tf1_set_up_without_a_resolver_builds_the_fake():
+    """TF1 defaulted to TPUClusterResolver(""): `compat_distribute.TPUStrategy()` inside fake_tpu()."""
+    with fake_tpu("v4-8"):
+        strategy = compat_distribute.TPUStrategy(steps_per_run=2)
+        assert isinstance(strategy, FakeTPUStrategy)
+        assert strategy.num_replicas_in_sync == 4
+        assert strategy.extended.steps_per_run == 2
+        assert strategy.cluster_resolver.topology_name == "v4-8"
+
+
+def test_tf2_0_set_up_connects_to_the_fake_resolvers_master():
+    """TF 2.0-2.2 wrote `experimental_connect_to_host(resolver.master())`; the fake is local."""
+    with fake_tpu("v4-8"):
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-tpu")
+        assert resolver.master() == ""
+        assert tf.config.experimental_connect_to_host(resolver.master()) is None
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        strategy = tf.distribute.experimental.TPUStrategy(resolver)
+        assert strategy.num_replicas_in_sync == 4
+    # Outside the fake, TensorFlow's own function is back, with its error.
+    with pytest.raises(ValueError, match="Must provide at least one remote_host"):
+        tf.config.experimental_connect_to_host("")
+
+
+def test_tpu_strategy_without_a_resolver_outside_the_fake_is_tensorflows():
+    """Outside fake_tpu() no resolver means TF's own TPUClusterResolver(""), which needs a TPU."""
+    with pytest.raises((ValueError, RuntimeError, tf.errors.NotFoundError)):
+        compat_distribute.TPUStrategy()

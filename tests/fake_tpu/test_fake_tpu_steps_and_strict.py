@@ -1,6 +1,8 @@
 """run_steps and the V1 signature on the fake TPU; strict mode."""
 
 
+import logging
+
 import pytest
 import tensorflow as tf
 
@@ -9,6 +11,7 @@ from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import FakeTPUStrategy
 from compat_distribute.testing import fake_tpu
 from compat_distribute.testing import initialize_tpu_system
+from compat_distribute.testing import shutdown_tpu_system
 
 from fake_tpu_helpers import values
 
@@ -165,3 +168,53 @@ def test_strict_mode_runs_a_clean_step_as_non_strict_mode_does():
 
 # fake_tpu(): unmodified TPU code.
 
+
+
+def test_strict_mode_passes_a_step_that_all_reduces_a_shared_tensor():
+    """On a TPU every tensor in the step is a cross_replica_sum operand, shared ones too."""
+    strategy = FakeTPUStrategy(FakeTPUClusterResolver("v4-8", strict=True))
+    captured = tf.constant(3.0)
+
+    @tf.function
+    def step(x):
+        def replica(y):
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce("SUM", y) + context.all_reduce("SUM", captured)
+
+        return strategy.run(replica, args=(x,))
+
+    assert values(step(tf.constant(1.0)), strategy) == [16.0] * 4
+
+
+def test_initializing_twice_warns_until_shut_down(caplog):
+    resolver = FakeTPUClusterResolver("v4-8")
+    shutdown_tpu_system(resolver)
+
+    def warnings_of_initialize():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="tensorflow"):
+            initialize_tpu_system(resolver)
+        return [r.getMessage() for r in caplog.records]
+
+    assert warnings_of_initialize() == []
+    assert warnings_of_initialize() == [
+        "TPU system fake-v4-8 has already been initialized. Reinitializing the TPU can cause "
+        "previously created variables on TPU to be lost."
+    ]
+    shutdown_tpu_system(resolver)
+    assert warnings_of_initialize() == []
+
+
+def test_reduce_without_a_reduce_op_says_what_is_accepted(v3_8):
+    value = v3_8.experimental_distribute_values_from_function(lambda _: tf.ones(()))
+    for call in (
+        lambda: v3_8.reduce(None, value, axis=None),
+        lambda: v3_8.extended.reduce_to(None, value, "/cpu:0"),
+        lambda: v3_8.extended.batch_reduce_to(None, [(value, "/cpu:0")]),
+    ):
+        with pytest.raises(AssertionError) as info:
+            call()
+        assert str(info.value) == (
+            "reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN'); got None. "
+            "TPUStrategy's reduce_to asserts the same (with no message)."
+        )

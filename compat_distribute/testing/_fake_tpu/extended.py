@@ -2,6 +2,7 @@
 
 import functools
 import types
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -58,6 +59,7 @@ class FakeTPUExtended(_tf.MirroredExtended):
         self.experimental_enable_get_next_as_optional = True
         self._logical_device_stack = [0]
         self._runs_in_progress = 0  # > 0 while strategy.run traces or runs a step
+        self._replica_functions = weakref.WeakKeyDictionary()  # tf.function step -> its clone
 
     @property
     def strict(self):
@@ -98,15 +100,32 @@ class FakeTPUExtended(_tf.MirroredExtended):
         return variables.adopt(super()._create_variable(next_creator, **kwargs))
 
     def _call_for_each_replica(self, fn, args, kwargs):
-        extended = self
+        return super()._call_for_each_replica(self._in_tpu_replica_context(fn), args, kwargs)
 
-        def replica_fn(*replica_args, **replica_kwargs):
-            # TPUReplicaContext's member, which MirroredStrategy's replica context lacks.
-            context = tf.distribute.get_replica_context()
-            context.experimental_logical_device = extended.experimental_logical_device
-            return fn(*replica_args, **replica_kwargs)
+    def _in_tpu_replica_context(self, fn):
+        """`fn`, giving its replica context TPUReplicaContext's experimental_logical_device.
 
-        return super()._call_for_each_replica(replica_fn, args, kwargs)
+        MirroredStrategy's replica context lacks the member. A tf.function step is
+        cloned around its Python function (as MirroredStrategy itself does), once,
+        so it still runs all replicas in one function call.
+        """
+        is_function = hasattr(fn, "python_function")
+        if is_function:
+            cached = self._replica_functions.get(fn)
+            if cached is not None:
+                return cached
+        inner = fn.python_function if is_function else fn
+        logical_device = self.experimental_logical_device
+
+        def replica_fn(*args, **kwargs):
+            tf.distribute.get_replica_context().experimental_logical_device = logical_device
+            return inner(*args, **kwargs)
+
+        if not is_function:
+            return replica_fn
+        wrapped = _tf.clone_function(fn, replica_fn)
+        self._replica_functions[fn] = wrapped
+        return wrapped
 
     # Reductions. On a TPU every tensor in a step is a cross_replica_sum operand,
     # and a cross-replica reduce of a variable sums its copies.
