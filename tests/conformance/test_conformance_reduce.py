@@ -95,28 +95,3 @@ def test_reduce_mean_of_per_replica_squares(tpu_strategy):
     with tpu_strategy.scope():
         mean = tpu_strategy.reduce(tf.distribute.ReduceOp.MEAN, squares, axis=None)
     assert mean.numpy() == pytest.approx(sum((k + 2.0) ** 2 for k in range(n)) / n)
-
-
-def test_reduce_of_a_variable_sums_its_copies(tpu_strategy, packed):
-    """`reduce(SUM, v)` of a mirrored variable is replicas x v; MEAN is v.
-
-    TF: tpu_strategy_test.py TPUStrategyTest.test_cluster_in_graph_and_while_body_fn
-    """
-    with tpu_strategy.scope():
-        v = tf.Variable(2.0)
-    n = tpu_strategy.num_replicas_in_sync
-    assert tpu_strategy.reduce("SUM", v, axis=None).numpy() == 2.0 * n
-    assert tpu_strategy.reduce("MEAN", v, axis=None).numpy() == 2.0
-    del packed
-
-
-def test_reduce_with_no_reduce_op_is_an_assertion_error(tpu_strategy):
-    """`reduce(None, x)` fails with an AssertionError, as TPUStrategy's reduce_to asserts.
-
-    TF: strategy_common_test.py ReduceTest.testBasic
-    """
-    value = tpu_strategy.experimental_distribute_values_from_function(lambda _: tf.ones(()))
-    with pytest.raises(AssertionError):
-        tpu_strategy.reduce(None, value, axis=None)
-    with pytest.raises(ValueError, match="is not a valid ReduceOp"):
-        tpu_strategy.reduce("PRODUCT", value, axis=None)

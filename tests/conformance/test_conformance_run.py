@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from compat_distribute.testing import FakeTPUClusterResolver
+from conformance_support import by_design
 from conformance_support import local
 from conformance_support import strategy_on
 
@@ -137,6 +138,24 @@ def test_run_checks_arguments_as_a_tpu(tpu_strategy):
         runs(two_named, args=(2, 3, 4))
 
 
+@by_design(
+    "the fake's variables are MirroredVariable subclasses with the TPU's read rules: TensorFlow "
+    "and Keras emit TPU-only ops for the TPU variable classes, which cannot run on a CPU"
+)
+def test_variables_are_tpu_variable_classes(tpu_strategy, on_fake):
+    """Variables made under the strategy are TPU variable classes.
+
+    TF: tpu_strategy_test.py TPUStrategyTest.test_tpu_variable_run_argument
+    """
+    with tpu_strategy.scope():
+        variable = tf.Variable(1)
+    names = [cls.__name__ for cls in type(variable).__mro__]
+    if on_fake:
+        assert names[:1] == ["FakeTPUMirroredVariable"] and "MirroredVariable" in names
+    else:
+        assert "TPUVariableMixin" in names
+
+
 def test_a_variable_passed_to_run_stays_a_variable(tpu_strategy):
     """A distributed variable passed in `args` reaches the step as a variable, not a tensor.
 
@@ -173,7 +192,7 @@ def test_sequential_strategies_feed_each_other(tpu_resolver, topology):
 def test_a_step_a_tpu_cannot_compile_fails_and_the_next_good_step_runs(tpu_resolver, on_fake):
     """A step with an op XLA cannot compile raises InvalidArgumentError; a good step runs after.
 
-    The fake checks in strict mode (`strict=True`, `--fake-tpu-strict`).
+    The fake checks in strict mode (`strict=True`, `--fake-tpu-strict`), which this test turns on.
 
     TF: tpu_strategy_test.py TPUStrategyTest.test_recover_from_compilation_failures
     """

@@ -8,6 +8,8 @@ from tensorflow.python.distribute import tpu_strategy as tf_tpu_strategy
 
 import compat_distribute
 from compat_distribute.testing import FakeTPUClusterResolver
+from compat_distribute.testing import FakeTPUStrategy
+from compat_distribute.testing import initialize_tpu_system
 
 from fake_tpu_helpers import CPU, EAGER_RUN_ERROR, SPMD_ASSIGN_ERROR, values
 
@@ -292,3 +294,45 @@ def test_ragged_input_with_device_prefetch_is_refused_as_on_a_tpu(v3_8):
 # Steps on the device.
 
 
+
+
+def test_variables_are_packed_by_default_as_on_tpu_strategy_v2(v3_8):
+    assert v3_8._enable_packed_variable_in_eager_mode is True  # pylint: disable=protected-access
+    with v3_8.scope():
+        v = tf.Variable(1.0)
+    assert v._packed_var is not None  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+def test_reduce_of_a_variable_sums_its_copies_as_a_tpu(v3_8, packed):
+    v3_8._enable_packed_variable_in_eager_mode = packed  # pylint: disable=protected-access
+    try:
+        with v3_8.scope():
+            v = tf.Variable(2.0)
+    finally:
+        v3_8._enable_packed_variable_in_eager_mode = True  # pylint: disable=protected-access
+    assert v3_8.reduce("SUM", v, axis=None).numpy() == 16.0
+    assert v3_8.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None).numpy() == 2.0
+    assert (v + 1.0).numpy() == 3.0
+    v.assign_add(1.0)
+    assert values(v, v3_8) == [3.0] * 8
+
+
+def test_reading_a_variable_from_a_core_it_has_no_copy_on_is_tfs_value_error():
+    resolver = FakeTPUClusterResolver("v3-8")
+    topology = initialize_tpu_system(resolver)
+
+    def on_core(core):
+        assignment = tf.tpu.experimental.DeviceAssignment(
+            topology, core_assignment=[[topology.device_coordinates[0][core].tolist()]]
+        )
+        return FakeTPUStrategy(resolver, experimental_device_assignment=assignment)
+
+    first, second = on_core(0), on_core(1)
+    with first.scope():
+        v = tf.Variable(1.0)
+    with pytest.raises(
+        ValueError,
+        match="Failed to find a variable on any device in replica 0 for current device assignment",
+    ):
+        second.run(tf.function(v.read_value))

@@ -66,8 +66,9 @@ class _FakeTPUVariableMixin:
                 # this device (or the first replica's), not the packed one.
                 return self._get_on_device_or_primary().on_device_handle()
             return super().handle
+        copy = self._values[self._index_on(device)]  # raises where the replica has no copy
         if not self._use_packed_variable():
-            return self._values[self._index_on(device)].handle
+            return copy.handle
         handle = self._packed_var.handle
         if tf.inside_function():
             # The step's one replicated handle, as a TPU's: a graph input, not
