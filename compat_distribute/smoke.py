@@ -25,6 +25,8 @@ import warnings
 
 import numpy as np
 
+from compat_distribute.testing._fake_tpu.topologies import DEFAULT_TOPOLOGY  # the one default
+
 
 class CheckFailed(Exception):
     """A check measured something other than what it expected."""
@@ -590,7 +592,6 @@ class Unreachable(RuntimeError):
     """The requested hardware cannot be reached."""
 
 
-DEFAULT_TOPOLOGY = "v3-8"  # the fake TPU's default, too
 CONNECT_TIMEOUT_S = 30.0
 
 

@@ -43,6 +43,14 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
 
     def __new__(cls, tpu_cluster_resolver=None, steps_per_run=None, device_assignment=None):
         steps, assignment = _check_args(tpu_cluster_resolver, steps_per_run, device_assignment)
+        if tpu_cluster_resolver is None:
+            # TF1's default, TPUClusterResolver(""), under its public name: inside
+            # fake_tpu() that name builds the fake's resolver.
+            import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+            default = tf.distribute.cluster_resolver.TPUClusterResolver
+            if hasattr(default, "compat_distribute_strategy"):
+                tpu_cluster_resolver = default("")
         build = getattr(tpu_cluster_resolver, "compat_distribute_strategy", None)
         if build is not None:
             # Not an instance of cls, so Python skips __init__.

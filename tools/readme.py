@@ -1,4 +1,4 @@
-"""Regenerates the README's generated blocks: `python tools/readme.py [members] [bench]`.
+"""Regenerates the README's generated blocks: `python tools/readme.py [members] [bench] [conformance]`.
 
 A block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`.
 """
@@ -39,6 +39,14 @@ def bench():
     return run_all.markdown()
 
 
+def conformance():
+    sys.path.insert(0, os.path.join(ROOT, "tests", "conformance"))
+    import conformance_table
+
+    return conformance_table.markdown()
+
+
 if __name__ == "__main__":
     for block in sys.argv[1:] or ["members"]:
-        update(block, {"members": members, "bench": bench}[block]())
+        blocks = {"members": members, "bench": bench, "conformance": conformance}
+        update(block, blocks[block]())

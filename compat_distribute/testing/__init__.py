@@ -24,6 +24,7 @@ __getattr__, __dir__, __all__ = _lazy.attach(
         ),
         "compat_distribute.testing.devices": ("set_virtual_devices",),
         "compat_distribute.testing._fake_tpu": (
+            "PRESETS",
             "TOPOLOGIES",
             "FakeTPU",
             "FakeTPUClusterResolver",

@@ -16,6 +16,28 @@ _DISTRIBUTE = "tensorflow.python.distribute"
 INTERNALS = {
     "CollectiveAllReduceStrategy": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategy",
     "CollectiveAllReduceStrategyV1": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategyV1",
+    # The fake TPU: TPUStrategy's own checks and members, reused word for word.
+    "TPUExtended": f"{_DISTRIBUTE}.tpu_strategy:TPUExtended",
+    "TPUStrategyV2": f"{_DISTRIBUTE}.tpu_strategy:TPUStrategyV2",
+    "validate_run_function": f"{_DISTRIBUTE}.tpu_strategy:validate_run_function",
+    "maybe_partial_apply_variables": f"{_DISTRIBUTE}.tpu_strategy:_maybe_partial_apply_variables",
+    "MirroredExtended": f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended",
+    "Strategy": f"{_DISTRIBUTE}.distribute_lib:Strategy",
+    "DistributedVariable": f"{_DISTRIBUTE}.values:DistributedVariable",
+    "MirroredVariable": f"{_DISTRIBUTE}.values:MirroredVariable",
+    "SyncOnReadVariable": f"{_DISTRIBUTE}.values:SyncOnReadVariable",
+    "PerReplica": f"{_DISTRIBUTE}.values:PerReplica",
+    "current_replica_id": f"{_DISTRIBUTE}.values_util:get_current_replica_id_as_int",
+    "get_devices_from": f"{_DISTRIBUTE}.cross_device_ops:get_devices_from",
+    "simple_broadcast": f"{_DISTRIBUTE}.cross_device_ops:simple_broadcast",
+    "canonicalize_device": f"{_DISTRIBUTE}.device_util:canonicalize",
+    "connect_to_cluster": "tensorflow.python.eager.remote:connect_to_cluster",
+    "connect_to_remote_host": "tensorflow.python.eager.remote:connect_to_remote_host",
+    "DeviceAttributes": "tensorflow.python.client.session:_DeviceAttributes",
+    "TPUSystemMetadata": "tensorflow.python.tpu.tpu_system_metadata:TPUSystemMetadata",
+    "TopologyProto": "tensorflow.core.protobuf.tpu.topology_pb2:TopologyProto",
+    "HardwareFeature": "tensorflow.python.tpu.tpu_hardware_feature:HardwareFeature",
+    "variable_accessed": "tensorflow.python.eager.tape:variable_accessed",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -24,6 +46,14 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategy", "_collective_key_base"),
     (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategyV1", "_collective_key_base"),
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredStrategy", "_collective_key_base"),
+    # The fake TPU.
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_check_spec"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_update_config_proto"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_configure"),
+    (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_replica"),
+    (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_as_operand"),
+    (f"{_DISTRIBUTE}.values:DistributedVariable", "_dense_var_to_tensor"),
+    ("tensorflow.python.eager.polymorphic_function.polymorphic_function:Function", "_clone"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)
@@ -57,3 +87,8 @@ def give_next_multi_worker_strategies_own_keys():
     base = next_collective_key_base()
     __getattr__("CollectiveAllReduceStrategy")._collective_key_base = base
     __getattr__("CollectiveAllReduceStrategyV1")._collective_key_base = base
+
+
+def clone_function(function, python_function):
+    """A copy of tf.function `function` (its options kept) around `python_function`."""
+    return function._clone(python_function=python_function)

@@ -1,0 +1,228 @@
+"""`FakeTPUExtended`: MirroredExtended over the fake's cores, with the TPU's rules."""
+
+import functools
+import types
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+from compat_distribute import _members
+from compat_distribute.testing import _tf
+from compat_distribute.testing._fake_tpu import variables
+
+_REDUCE_OPS = (tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN)
+
+
+def check_reduce_op(reduce_op):
+    """TF's reduce_to asserts SUM or MEAN with no text; the fake says it, as an AssertionError."""
+    if isinstance(reduce_op, str):
+        try:
+            reduce_op = tf.distribute.ReduceOp(reduce_op.upper())
+        except ValueError:
+            pass  # TF's own ValueError follows.
+        else:
+            return
+    if reduce_op not in _REDUCE_OPS:
+        raise AssertionError(
+            f"reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN'); got "
+            f"{reduce_op!r}. TPUStrategy's reduce_to asserts the same (with no message)."
+        )
+
+
+class FakeTPUExtended(_tf.MirroredExtended):
+    """MirroredExtended over the first logical core of each replica, with TPU rules."""
+
+    def __init__(self, container_strategy, resolver, device_assignment, spmd, steps_per_run):
+        cores = resolver.core_devices
+        if device_assignment is None:
+            tpu_devices = [[d] for d in cores]
+        else:
+            tpu_devices = [
+                [
+                    cores[device_assignment.tpu_ordinal(replica=r, logical_core=c)]
+                    for c in range(device_assignment.num_cores_per_replica)
+                ]
+                for r in range(device_assignment.num_replicas)
+            ]
+        # [replica][logical core] -> device, as TPUExtended's.
+        self._tpu_devices = np.array(tpu_devices, dtype=object)
+        super().__init__(container_strategy, devices=list(self._tpu_devices[:, 0]))
+        self._tpu_cluster_resolver = resolver
+        self._tpu_metadata = resolver.get_tpu_system_metadata()
+        self._device_assignment = device_assignment
+        self._use_spmd_for_xla_partitioning = spmd
+        self.steps_per_run = steps_per_run
+        # As TPUExtended: static shapes wanted; partial batches of finite
+        # datasets with a dynamic batch dimension are padded per replica.
+        self._require_static_shapes = True
+        self.experimental_enable_get_next_as_optional = True
+        self._logical_device_stack = [0]
+        self._runs_in_progress = 0  # > 0 while strategy.run traces or runs a step
+        self._replica_functions = weakref.WeakKeyDictionary()  # tf.function step -> its clone
+
+    @property
+    def strict(self):
+        return self._tpu_cluster_resolver.strict
+
+    # TPUExtended's own code, which only reads the attributes set above.
+    num_hosts = _tf.TPUExtended.num_hosts
+    num_replicas_per_host = _tf.TPUExtended.num_replicas_per_host
+    experimental_logical_device = _tf.TPUExtended.experimental_logical_device
+    _check_spec = _tf.TPUExtended._check_spec  # pylint: disable=protected-access
+    _update_config_proto = _tf.TPUExtended._update_config_proto  # pylint: disable=protected-access
+    _configure = _tf.TPUExtended._configure  # pylint: disable=protected-access
+
+    @property
+    def worker_devices(self):
+        return tuple(self._tpu_devices[:, self._logical_device_stack[-1]])
+
+    def _fake_tpu_worker_devices(self):
+        """The replicas' devices, for variables read by a strategy other than their own."""
+        return self.worker_devices
+
+    @property
+    def parameter_devices(self):
+        return self.worker_devices
+
+    @property
+    def tpu_hardware_feature(self):
+        return _tf.HardwareFeature(self._tpu_cluster_resolver.tpu_hardware_feature)
+
+    def _create_variable(self, next_creator, **kwargs):
+        # Inside experimental_logical_device(k), variables live on core k of each
+        # replica, as on a TPU.
+        core = self._logical_device_stack[-1]
+        if core and kwargs.get("colocate_with") is None:
+            kwargs["colocate_with"] = types.SimpleNamespace(
+                _devices=tuple(self._tpu_devices[:, core])
+            )
+        return variables.adopt(super()._create_variable(next_creator, **kwargs))
+
+    def _call_for_each_replica(self, fn, args, kwargs):
+        return super()._call_for_each_replica(self._in_tpu_replica_context(fn), args, kwargs)
+
+    def _in_tpu_replica_context(self, fn):
+        """`fn`, giving its replica context TPUReplicaContext's experimental_logical_device.
+
+        MirroredStrategy's replica context lacks the member. A tf.function step is
+        cloned around its Python function (as MirroredStrategy itself does), once,
+        so it still runs all replicas in one function call.
+        """
+        is_function = hasattr(fn, "python_function")
+        if is_function:
+            cached = self._replica_functions.get(fn)
+            if cached is not None:
+                return cached
+        inner = fn.python_function if is_function else fn
+        logical_device = self.experimental_logical_device
+
+        def replica_fn(*args, **kwargs):
+            tf.distribute.get_replica_context().experimental_logical_device = logical_device
+            return inner(*args, **kwargs)
+
+        if not is_function:
+            return replica_fn
+        wrapped = _tf.clone_function(fn, replica_fn)
+        self._replica_functions[fn] = wrapped
+        return wrapped
+
+    # Reductions. On a TPU every tensor in a step is a cross_replica_sum operand,
+    # and a cross-replica reduce of a variable sums its copies.
+
+    def _same_on_every_replica(self, value):
+        """True for a tensor that is one object in every replica of a running step."""
+        return (
+            self._runs_in_progress > 0
+            and not isinstance(value, tf.distribute.DistributedValues)
+            and tf.is_tensor(value)
+        )
+
+    def _cross_replica_sum_of_same(self, reduce_op, value):
+        if reduce_op == tf.distribute.ReduceOp.MEAN:
+            return tf.identity(value)
+        return value * tf.cast(self._num_replicas_in_sync, value.dtype)
+
+    def _sum_of_copies(self, reduce_op, variable, destinations):
+        """TPUExtended._reduce_to of a distributed variable: the sum of its copies."""
+        copies = [tf.convert_to_tensor(v) for v in variable.values]
+        output = tf.add_n(copies)
+        if reduce_op == tf.distribute.ReduceOp.MEAN:
+            output *= 1.0 / len(copies)
+        devices = _tf.get_devices_from(destinations)
+        if len(devices) == 1:
+            with tf.device(devices[0]):
+                return tf.identity(output)
+        return _tf.simple_broadcast(output, destinations)
+
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        if isinstance(reduce_op, str):
+            reduce_op = tf.distribute.ReduceOp(reduce_op.upper())
+        if self._same_on_every_replica(value):
+            return self._cross_replica_sum_of_same(reduce_op, value)
+        if isinstance(value, _tf.DistributedVariable):
+            return self._sum_of_copies(reduce_op, value, destinations)
+        return super()._reduce_to(reduce_op, value, destinations, options)
+
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        if not any(
+            self._same_on_every_replica(v) or isinstance(v, _tf.DistributedVariable)
+            for v, _ in value_destination_pairs
+        ):
+            return super()._batch_reduce_to(reduce_op, value_destination_pairs, options)
+        return [self._reduce_to(reduce_op, v, d, options) for v, d in value_destination_pairs]
+
+    # Input.
+
+    def _experimental_distribute_dataset(self, dataset, options):
+        if (
+            options
+            and options.experimental_replication_mode
+            == tf.distribute.InputReplicationMode.PER_REPLICA
+        ):
+            raise NotImplementedError(
+                "InputReplicationMode.PER_REPLICA "
+                "is only supported in "
+                "`experimental_distribute_datasets_from_function`."
+            )
+        if options is None or options.experimental_fetch_to_device:
+            self._check_spec(dataset.element_spec)
+        return super()._experimental_distribute_dataset(dataset, options)
+
+    def _distribute_datasets_from_function(self, dataset_fn, options):
+        if (
+            options
+            and options.experimental_replication_mode
+            == tf.distribute.InputReplicationMode.PER_REPLICA
+        ):
+            raise NotImplementedError(
+                "InputReplicationMode.PER_REPLICA "
+                "is only supported in "
+                " `experimental_distribute_datasets_from_function` "
+                "of tf.distribute.MirroredStrategy"
+            )
+        distributed = super()._distribute_datasets_from_function(dataset_fn, options)
+        if options is None or options.experimental_fetch_to_device:
+            self._check_spec(distributed.element_spec)
+        return distributed
+
+    def _in_multi_worker_mode(self):
+        return False
+
+
+_members.serve(FakeTPUExtended, _members.TPU, _members.EXTENDED)
+
+
+def _checking_reduce_op(served):
+    """`served` (the member table's reduce_to / batch_reduce_to), checking reduce_op first."""
+
+    @functools.wraps(served)
+    def method(self, reduce_op, *args, **kwargs):
+        check_reduce_op(reduce_op)
+        return served(self, reduce_op, *args, **kwargs)
+
+    return method
+
+
+FakeTPUExtended.reduce_to = _checking_reduce_op(FakeTPUExtended.reduce_to)
+FakeTPUExtended.batch_reduce_to = _checking_reduce_op(FakeTPUExtended.batch_reduce_to)

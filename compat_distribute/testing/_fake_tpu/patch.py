@@ -1,0 +1,131 @@
+"""`FakeTPU` / `fake_tpu()`: TensorFlow's TPU entry points routed to the fake."""
+
+from compat_distribute import _patching
+from compat_distribute.testing._fake_tpu import resolver as resolver_lib
+from compat_distribute.testing._fake_tpu import strategy as strategy_lib
+from compat_distribute.testing._fake_tpu import topologies
+
+
+class FakeTPU:
+    """Routes TensorFlow's TPU entry points to a fake TPU; `stop()` restores them.
+
+    While started, `tf.distribute.cluster_resolver.TPUClusterResolver(...)`
+    returns a `FakeTPUClusterResolver` of this topology (whatever `tpu=` names),
+    `tf.config.experimental_connect_to_cluster` accepts it and
+    `tf.config.experimental_connect_to_host` its `master()`, the
+    `tf.tpu.experimental` system calls are `initialize_tpu_system` /
+    `shutdown_tpu_system`, and `tf.distribute.TPUStrategy`,
+    `tf.distribute.experimental.TPUStrategy` and
+    `tf.compat.v1.distribute.experimental.TPUStrategy` build fake strategies;
+    `compat_distribute.TPUStrategy()` with no resolver (TF1's
+    `TPUClusterResolver("")`) builds one too. A context manager, and
+    `start()`/`stop()` as in chex.
+    """
+
+    def __init__(
+        self,
+        topology=topologies.DEFAULT_TOPOLOGY,
+        *,
+        mesh_shape=None,
+        strict=False,
+        device_type="CPU",
+    ):
+        topologies.resolve(topology, mesh_shape)  # Bad input fails here, not at start().
+        self._config = dict(
+            topology=topology, mesh_shape=mesh_shape, strict=strict, device_type=device_type
+        )
+        self._resolver_class = _resolver_class(self)
+        self._patch = _patching.Patch(self._routes())
+
+    def resolver(self, job_name=resolver_lib.JOB):
+        """A new `FakeTPUClusterResolver` of this fake's topology."""
+        return resolver_lib.FakeTPUClusterResolver(job_name=job_name, **self._config)
+
+    def _routes(self):
+        system = (
+            ("initialize_tpu_system", resolver_lib.initialize_tpu_system),
+            ("shutdown_tpu_system", resolver_lib.shutdown_tpu_system),
+        )
+        connect = (
+            ("experimental_connect_to_cluster", resolver_lib.connect_to_cluster),
+            ("experimental_connect_to_host", resolver_lib.connect_to_host),
+        )
+        routes = []
+        for root in ("", "compat.v2.", "compat.v1."):
+            routes.append(
+                (root + "distribute.cluster_resolver", "TPUClusterResolver", self._resolver_class)
+            )
+            routes += [(root + "tpu.experimental", name, fn) for name, fn in system]
+            routes += [(root + "config", name, fn) for name, fn in connect]
+        for root in ("", "compat.v2."):
+            routes += [
+                (root + "distribute", "TPUStrategy", strategy_lib.FakeTPUStrategy),
+                (
+                    root + "distribute.experimental",
+                    "TPUStrategy",
+                    strategy_lib.ExperimentalFakeTPUStrategy,
+                ),
+            ]
+        routes.append(
+            ("compat.v1.distribute.experimental", "TPUStrategy", strategy_lib.FakeTPUStrategyV1)
+        )
+        return routes
+
+    @property
+    def active(self):
+        return self._patch.active
+
+    def start(self):
+        self._patch.start()
+        resolver_lib.ACTIVE.append(self)
+        return self
+
+    def stop(self):
+        if not self.active:
+            return
+        self._patch.stop()
+        resolver_lib.ACTIVE.remove(self)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc_info):
+        self.stop()
+
+
+def _resolver_class(fake):
+    """`TPUClusterResolver` with TF's signature, building `fake`'s resolvers."""
+
+    class TPUClusterResolver(resolver_lib.FakeTPUClusterResolver):
+        """`tf.distribute.cluster_resolver.TPUClusterResolver` inside `fake_tpu()`."""
+
+        def __init__(
+            self,
+            tpu=None,
+            zone=None,
+            project=None,
+            job_name=resolver_lib.JOB,
+            coordinator_name=None,
+            coordinator_address=None,
+            credentials="default",
+            service=None,
+            discovery_url=None,
+        ):
+            del tpu, zone, project, coordinator_name, coordinator_address
+            del credentials, service, discovery_url
+            super().__init__(job_name=job_name, **fake._config)  # pylint: disable=protected-access
+
+        @staticmethod
+        def connect(tpu=None, zone=None, project=None):
+            resolver = TPUClusterResolver(tpu, zone, project)
+            resolver_lib.initialize_tpu_system(resolver)
+            return resolver
+
+    return TPUClusterResolver
+
+
+def fake_tpu(
+    topology=topologies.DEFAULT_TOPOLOGY, *, mesh_shape=None, strict=False, device_type="CPU"
+):
+    """A `FakeTPU`: `with fake_tpu("v3-8"): ...` runs unmodified TPU code on CPUs."""
+    return FakeTPU(topology, mesh_shape=mesh_shape, strict=strict, device_type=device_type)

@@ -1,0 +1,265 @@
+"""The fake TPU's cluster resolver and TPU system calls.
+
+`FakeTPUClusterResolver` answers like `TPUClusterResolver(tpu="local")` on the
+host of a one-host slice; `initialize_tpu_system` and `shutdown_tpu_system`
+stand in for `tf.tpu.experimental`'s, and the connect functions accept the fake
+(which is local already) and pass every other target to TensorFlow.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from compat_distribute.testing import _tf
+from compat_distribute.testing import devices as _devices
+from compat_distribute.testing._fake_tpu import topologies
+
+JOB = "worker"
+
+# TPU names initialised and not shut down since, as TF's tpu_strategy_util keeps them.
+_INITIALIZED = set()
+
+
+class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
+    """A one-host TPU slice of `topology` (or `mesh_shape`) on logical devices.
+
+    Answers like `TPUClusterResolver(tpu="local")` on a TPU host with that
+    slice: `num_accelerators()` is `{"TPU": cores}`, `master()` is "",
+    `cluster_spec()` is empty, `get_tpu_system_metadata()` reports one host
+    with all cores. The cores are the first `cores` logical `device_type`
+    devices; they are created here when TensorFlow has not started yet (see
+    `compat_distribute.testing.set_virtual_devices`). `strict=True` makes the
+    strategy check step functions for TPU (XLA) compatibility when traced.
+    """
+
+    def __init__(
+        self,
+        topology=topologies.DEFAULT_TOPOLOGY,
+        *,
+        mesh_shape=None,
+        strict=False,
+        device_type="CPU",
+        job_name=JOB,
+    ):
+        self._topology_name, self._mesh_shape = topologies.resolve(topology, mesh_shape)
+        if device_type not in _devices.DEVICE_TYPES:
+            raise ValueError(
+                f"device_type must be one of {_devices.DEVICE_TYPES}; got "
+                f"{device_type!r}. The fake TPU's cores are logical CPU (or GPU) devices."
+            )
+        if not isinstance(strict, bool):
+            raise TypeError(f"strict must be True or False; got {strict!r}.")
+        self._num_cores = int(np.prod(self._mesh_shape))
+        self._strict = strict
+        self._device_type = device_type
+        self._core_devices = tuple(_devices.set_virtual_devices(self._num_cores, device_type))
+        self._tpu = f"fake-{self._topology_name}"  # TF's initialize_tpu_system keys on this.
+        self.task_type = job_name
+        self.task_id = 0
+        self._tpu_topology = None  # The serialized proto, once initialized (as in TF).
+        self._topology = None
+
+    def __repr__(self):
+        return (
+            f"FakeTPUClusterResolver({self._topology_name!r}, mesh_shape={self._mesh_shape}, "
+            f"cores={self._num_cores}, device_type={self._device_type!r})"
+        )
+
+    # What the fake is.
+
+    @property
+    def topology_name(self):
+        return self._topology_name
+
+    @property
+    def mesh_shape(self):
+        return self._mesh_shape
+
+    @property
+    def num_cores(self):
+        return self._num_cores
+
+    @property
+    def strict(self):
+        return self._strict
+
+    @property
+    def device_type(self):
+        return self._device_type
+
+    @property
+    def core_devices(self):
+        """The logical devices that stand in for TPU cores 0..cores-1."""
+        return self._core_devices
+
+    # tf.distribute.cluster_resolver.TPUClusterResolver's API.
+
+    def master(self, task_type=None, task_id=None, rpc_layer=None):
+        del task_type, task_id, rpc_layer
+        return ""
+
+    def get_master(self):
+        return self.master()
+
+    def get_job_name(self):
+        return self.task_type
+
+    def get_coordination_service_leader(self):
+        return "/job:" + self.get_job_name() + "/task:0"
+
+    def cluster_spec(self):
+        return tf.train.ClusterSpec({})
+
+    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+        del task_type, task_id, config_proto
+        return {"TPU": self._num_cores}
+
+    def get_tpu_system_metadata(self):
+        device_attributes = _tf.DeviceAttributes
+        devices = tuple(
+            device_attributes(name, self._device_type, 0, 0) for name in self._core_devices
+        )
+        return _tf.TPUSystemMetadata(
+            num_cores=self._num_cores,
+            num_hosts=1,
+            num_of_cores_per_host=self._num_cores,
+            topology=None,  # As TF's: the topology comes from initialize_tpu_system.
+            devices=devices,
+        )
+
+    def set_tpu_topology(self, serialized_tpu_topology):
+        self._tpu_topology = _tf.TopologyProto()
+        self._tpu_topology.ParseFromString(serialized_tpu_topology)
+
+    @property
+    def tpu_hardware_feature(self):
+        if self._tpu_topology is None:
+            return None
+        return self._tpu_topology.tpu_hardware_feature
+
+    @property
+    def environment(self):
+        return ""
+
+    def __deepcopy__(self, memo):
+        return self  # As TF's resolver: estimators deep-copy their config.
+
+    # The fake's own parts.
+
+    def tpu_topology(self):
+        """The `tf.tpu.experimental.Topology` of this slice (one task, all cores)."""
+        if self._topology is None:
+            self._topology = tf.tpu.experimental.Topology(
+                mesh_shape=list(self._mesh_shape),
+                device_coordinates=topologies.device_coordinates(self._mesh_shape),
+            )
+        return self._topology
+
+    def check_device_assignment(self, device_assignment):
+        """Raises `ValueError` unless `device_assignment` fits this slice."""
+        if device_assignment is None:
+            return None
+        topology = device_assignment.topology
+        mine = self.tpu_topology()
+        if not (
+            np.array_equal(topology.mesh_shape, mine.mesh_shape)
+            and np.array_equal(topology.device_coordinates, mine.device_coordinates)
+        ):
+            raise ValueError(
+                f"device_assignment was built for a TPU topology with mesh_shape="
+                f"{topology.mesh_shape.tolist()} and {topology.num_tasks} task(s) x "
+                f"{topology.num_tpus_per_task} cores, but this fake TPU is "
+                f"{self._topology_name} with mesh_shape={list(self._mesh_shape)} "
+                f"({self._num_cores} cores). Build it from this resolver's topology: "
+                f"DeviceAssignment.build(initialize_tpu_system(resolver), ...)."
+            )
+        needed = device_assignment.num_replicas * device_assignment.num_cores_per_replica
+        if needed > self._num_cores:
+            raise ValueError(
+                f"device_assignment needs {device_assignment.num_replicas} replicas x "
+                f"{device_assignment.num_cores_per_replica} cores = {needed} cores, but this "
+                f"fake TPU ({self._topology_name}) has {self._num_cores}."
+            )
+        return device_assignment
+
+    def compat_distribute_strategy(self, *, steps_per_run, device_assignment, spmd_xla_partitioning):
+        """The backend seam of `compat_distribute.TPUStrategy`: a `FakeTPUStrategy`."""
+        from compat_distribute.testing._fake_tpu import strategy  # pylint: disable=g-import-not-at-top
+
+        return strategy.FakeTPUStrategy._build(  # pylint: disable=protected-access
+            self, device_assignment, spmd_xla_partitioning, steps_per_run
+        )
+
+
+def is_fake(resolver):
+    return isinstance(resolver, FakeTPUClusterResolver)
+
+
+# The fake TPUs in force (innermost last), for calls that pass no resolver.
+ACTIVE = []
+
+
+def default_resolver():
+    """What TF1's `TPUClusterResolver("")` gives: the active fake's slice, else the default."""
+    if ACTIVE:
+        return ACTIVE[-1].resolver()
+    return FakeTPUClusterResolver()
+
+
+def fake_resolver(name, resolver):
+    """`resolver`, or the default one for None; raises for a resolver that is not a fake."""
+    if resolver is None:
+        return default_resolver()
+    if not is_fake(resolver):
+        raise TypeError(
+            f"{name} must be a compat_distribute.testing.FakeTPUClusterResolver (or None); "
+            f"got {resolver!r} ({type(resolver).__name__}). Build the resolver inside "
+            f"fake_tpu(), or pass FakeTPUClusterResolver(...) directly."
+        )
+    return resolver
+
+
+def initialize_tpu_system(cluster_resolver=None):
+    """`tf.tpu.experimental.initialize_tpu_system` for a fake TPU.
+
+    Returns the slice's `tf.tpu.experimental.Topology`, from which
+    `tf.tpu.experimental.DeviceAssignment.build` makes device assignments.
+    Initialising a slice twice logs TensorFlow's warning, in its words.
+    """
+    resolver = fake_resolver("cluster_resolver", cluster_resolver)
+    name = resolver._tpu  # pylint: disable=protected-access
+    if name in _INITIALIZED:
+        tf.get_logger().warning(
+            "TPU system %s has already been initialized. "
+            "Reinitializing the TPU can cause previously created "
+            "variables on TPU to be lost.",
+            name,
+        )
+    topology = resolver.tpu_topology()
+    resolver.set_tpu_topology(topology.serialized())
+    _INITIALIZED.add(name)
+    return topology
+
+
+def shutdown_tpu_system(cluster_resolver=None):
+    """`tf.tpu.experimental.shutdown_tpu_system` for a fake TPU."""
+    resolver = fake_resolver("cluster_resolver", cluster_resolver)
+    resolver._tpu_topology = None  # pylint: disable=protected-access
+    _INITIALIZED.discard(resolver._tpu)  # pylint: disable=protected-access
+
+
+def connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs):
+    """`tf.config.experimental_connect_to_cluster`: a fake TPU is local already."""
+    if is_fake(cluster_spec_or_resolver):
+        return None
+    return _tf.connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs)
+
+
+def connect_to_host(remote_host=None, job_name="worker"):
+    """`tf.config.experimental_connect_to_host` (TF 2.0-2.2 TPU set-up).
+
+    Inside `fake_tpu()`, the fake resolver's `master()` ("", a local TPU) is the
+    fake itself, local already; any other host goes to TensorFlow.
+    """
+    if ACTIVE and remote_host in ("", [""], ("",)):
+        return None
+    return _tf.connect_to_remote_host(remote_host, job_name)

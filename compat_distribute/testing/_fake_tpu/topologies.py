@@ -1,0 +1,121 @@
+"""TPU slices as data: the presets, and the checks on a custom mesh.
+
+A mesh is `(x, y, z, cores_per_chip)`, the shape a TPU system reports to
+TensorFlow (`tf.tpu.experimental.Topology.mesh_shape`). `cores_per_chip` counts
+the devices TensorFlow sees on one chip: 2 on v2 and v3 (two TensorCores, each a
+device), 1 on v4 and v5p (megacore: the chip's two TensorCores are one device)
+and on v5e and v6e (one TensorCore per chip). Sources: the Cloud TPU system
+architecture pages for each generation (chip counts, topologies such as
+"v5litepod-8: 2x4") and TensorFlow's `tpu/topology.py` (the mesh layout).
+
+Each preset names its host count and chips per host, so multi-host slices (pods)
+are added here as rows, not as code.
+"""
+
+import dataclasses
+import itertools
+import types
+
+import numpy as np
+
+from compat_distribute.testing import devices
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """One TPU slice: its accelerator type and how its cores are laid out."""
+
+    name: str  # the accelerator type, as Cloud TPU names it
+    mesh_shape: tuple  # (x, y, z, cores_per_chip)
+    hosts: int = 1
+
+    @property
+    def chips(self):
+        x, y, z, _ = self.mesh_shape
+        return x * y * z
+
+    @property
+    def cores(self):
+        return self.chips * self.mesh_shape[3]
+
+    @property
+    def cores_per_host(self):
+        return self.cores // self.hosts
+
+
+def _presets(*rows):
+    return types.MappingProxyType({row.name: row for row in rows})
+
+
+PRESETS = _presets(
+    Preset("v2-8", (2, 2, 1, 2)),  # 4 chips x 2 TensorCores
+    Preset("v3-8", (2, 2, 1, 2)),  # 4 chips x 2 TensorCores
+    Preset("v4-8", (2, 2, 1, 1)),  # 4 megacore chips (2x2x1)
+    Preset("v5litepod-1", (1, 1, 1, 1)),  # v5e, 1 chip
+    Preset("v5litepod-4", (2, 2, 1, 1)),  # v5e, 4 chips (2x2)
+    Preset("v5litepod-8", (2, 4, 1, 1)),  # v5e, 8 chips (2x4), one host
+    Preset("v5p-8", (2, 2, 1, 1)),  # 4 megacore chips (2x2x1): the name counts TensorCores
+    Preset("v6e-1", (1, 1, 1, 1)),  # Trillium, 1 chip
+    Preset("v6e-4", (2, 2, 1, 1)),  # Trillium, 4 chips (2x2)
+    Preset("v6e-8", (2, 4, 1, 1)),  # Trillium, 8 chips (2x4), one host
+)
+
+# The one default: the fake, the pytest plugin and the smoke command read it here.
+DEFAULT_TOPOLOGY = "v3-8"
+
+# Preset name -> mesh shape, the form the rest of the harness reads.
+TOPOLOGIES = types.MappingProxyType({name: p.mesh_shape for name, p in PRESETS.items()})
+
+
+def resolve(topology, mesh_shape):
+    """`(name, mesh)` for the constructor arguments; raises before any state changes."""
+    if mesh_shape is None:
+        if not isinstance(topology, str):
+            raise TypeError(
+                f"topology must be a preset name (one of {sorted(PRESETS)}); got "
+                f"{topology!r} ({type(topology).__name__}). Pass mesh_shape=(x, y, z, "
+                f"cores_per_chip) for another mesh."
+            )
+        if topology not in PRESETS:
+            raise ValueError(
+                f"Unknown TPU topology {topology!r}; the presets are "
+                f"{', '.join(repr(t) for t in PRESETS)}. Pass mesh_shape=(x, y, z, "
+                f"cores_per_chip) for another mesh."
+            )
+        return topology, PRESETS[topology].mesh_shape
+    if topology not in (None, DEFAULT_TOPOLOGY):
+        raise ValueError(
+            f"Pass either topology= or mesh_shape=, not both; got topology={topology!r} "
+            f"and mesh_shape={mesh_shape!r}."
+        )
+    try:
+        mesh = tuple(mesh_shape)
+    except TypeError:
+        mesh = None
+    if (
+        mesh is None
+        or len(mesh) != 4
+        or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in mesh)
+    ):
+        raise ValueError(
+            f"mesh_shape must be four positive ints (x, y, z, cores_per_chip); got "
+            f"{mesh_shape!r}. For example mesh_shape=(2, 2, 1, 2) is a v3-8 (8 cores)."
+        )
+    mesh = tuple(int(v) for v in mesh)
+    # Each core is a virtual device: the one device limit applies.
+    devices.check_count(
+        f"mesh_shape {mesh}'s core count", int(np.prod(mesh, dtype=object)),
+        fix=" Use a smaller mesh.",
+    )
+    return "mesh" + "x".join(str(v) for v in mesh), mesh
+
+
+def device_coordinates(mesh):
+    """Physical coordinates of cores 0..n-1 of the one host, cores of a chip adjacent."""
+    x_size, y_size, z_size, c_size = mesh
+    coords = [
+        (x, y, z, c)
+        for z, y, x, c in itertools.product(
+            range(z_size), range(y_size), range(x_size), range(c_size)
+        )
+    ]
+    return np.array([coords], dtype=np.int32)

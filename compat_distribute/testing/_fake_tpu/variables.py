@@ -1,0 +1,133 @@
+"""Distributed variables that read as TPU variables do.
+
+MirroredStrategy's variables pick a replica's copy by replica index, assert
+that they are read under their own strategy, and, packed (as TPUStrategyV2
+packs them by default), hand operators a `PackedVarAndDevice` and the gradient
+tape a packed handle it refuses. A TPU variable picks the copy on the replica's
+DEVICE (a strategy on cores (1, 0) reads a variable of the all-core strategy
+core by core), reads under any TPU strategy of the slice, gives operators a
+read tensor, and inside a step reads through one replicated handle.
+`adopt` gives a variable the fake's strategy created these rules.
+"""
+
+import tensorflow as tf
+
+from compat_distribute.testing import _tf
+
+# pylint: disable=protected-access
+
+
+def _replica_device(variable):
+    """The device of the fake TPU replica running now, or None outside one."""
+    context = tf.distribute.get_replica_context()
+    if context is None:
+        return None
+    worker_devices = getattr(context.strategy.extended, "_fake_tpu_worker_devices", None)
+    if worker_devices is None:
+        return None  # Not a fake TPU's replica: TensorFlow's own rules apply.
+    del variable
+    return worker_devices()[_tf.current_replica_id()]
+
+
+class _FakeTPUVariableMixin:
+    """The TPU's read rules on top of a MirroredStrategy variable."""
+
+    def _index_on(self, device):
+        canonical = _tf.canonicalize_device(device)
+        for index, value in enumerate(self._values):
+            if _tf.canonicalize_device(value.device) == canonical:
+                return index
+        # TF's words (tpu_replication.get_replicated_var_handle).
+        raise ValueError(
+            f"Failed to find a variable on any device in replica "
+            f"{_tf.current_replica_id()} for current device assignment"
+        )
+
+    def _tpu_rules_apply(self):
+        """The replica's device when the TPU's read rules differ from MirroredStrategy's."""
+        device = _replica_device(self)
+        if device is None:
+            return None
+        foreign = tf.distribute.get_replica_context().strategy is not self._distribute_strategy
+        return device if foreign or self._use_packed_variable() else None
+
+    def _get_replica(self, replica_id):
+        device = _replica_device(self)
+        if device is not None:
+            replica_id = self._index_on(device)
+        return super()._get_replica(replica_id)
+
+    @property
+    def handle(self):
+        device = self._tpu_rules_apply()
+        if device is None:
+            if _replica_device(self) is None and self._use_packed_variable():
+                # Cross-replica, as TPUVariableMixin: the copy's own handle on
+                # this device (or the first replica's), not the packed one.
+                return self._get_on_device_or_primary().on_device_handle()
+            return super().handle
+        copy = self._values[self._index_on(device)]  # raises where the replica has no copy
+        if not self._use_packed_variable():
+            return copy.handle
+        handle = self._packed_var.handle
+        if tf.inside_function():
+            # The step's one replicated handle, as a TPU's: a graph input, not
+            # the packed eager tensor the gradient tape refuses.
+            return tf.compat.v1.get_default_graph().capture(handle)
+        return handle
+
+    def _read_on_replica(self, device):
+        if self.trainable:
+            _tf.variable_accessed(self)
+        with tf.device(device):
+            return tf.raw_ops.ReadVariableOp(resource=self.handle, dtype=self.dtype)
+
+    def _get_as_operand(self):
+        # As TPUVariableMixin: operators get a read tensor, never a packed handle.
+        return self.read_value()
+
+    def read_value(self):
+        device = self._tpu_rules_apply()
+        if device is None:
+            return super().read_value()
+        return self._read_on_replica(device)
+
+    def value(self):
+        device = self._tpu_rules_apply()
+        if device is None:
+            return super().value()
+        return self._read_on_replica(device)
+
+    def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
+        device = self._tpu_rules_apply()
+        if device is None:
+            return super()._dense_var_to_tensor(dtype=dtype, name=name, as_ref=as_ref)
+        if as_ref:
+            return self.handle
+        value = self._read_on_replica(device)
+        if dtype is not None and dtype != self.dtype:
+            return tf.cast(value, dtype, name=name)
+        return value
+
+
+def _classes():
+    mirrored = type("FakeTPUMirroredVariable", (_FakeTPUVariableMixin, _tf.MirroredVariable), {})
+    sync_on_read = type(
+        "FakeTPUSyncOnReadVariable", (_FakeTPUVariableMixin, _tf.SyncOnReadVariable), {}
+    )
+    return {_tf.MirroredVariable: mirrored, _tf.SyncOnReadVariable: sync_on_read}
+
+
+_ADOPTED = _classes()
+
+
+def adopt(variable):
+    """Gives `variable` (made by MirroredExtended) the TPU's read rules; returns it.
+
+    The classes add methods only, no state, so the instance keeps everything
+    MirroredStrategy built (copies, packed handle, saveables).
+    """
+    cls = _ADOPTED.get(type(variable))
+    if cls is not None:
+        variable.__class__ = cls
+    return variable

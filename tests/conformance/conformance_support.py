@@ -1,0 +1,38 @@
+"""What the conformance tests share: the by-design mark, and TPU set-up helpers."""
+
+import tensorflow as tf
+
+
+def by_design(reason):
+    """Marks a behaviour the fake does not copy, with the reason a TPU user would accept.
+
+    The test still runs: on a real TPU it checks the TPU's behaviour, on the fake
+    the fake's documented one. The README's conformance table lists the reason.
+    """
+
+    def mark(test):
+        test.by_design = reason
+        return test
+
+    return mark
+
+
+def core_coordinates(topology, core):
+    """The (x, y, z, core) of task 0's `core`-th device, for DeviceAssignment(core_assignment=...)."""
+    return topology.device_coordinates[0][core].tolist()
+
+
+def strategy_on(resolver, topology, cores, packed=True):
+    """`tf.distribute.TPUStrategy` with one replica on each of `cores` (task-0 device indices)."""
+    assignment = tf.tpu.experimental.DeviceAssignment(
+        topology, core_assignment=[[core_coordinates(topology, c)] for c in cores]
+    )
+    strategy = tf.distribute.TPUStrategy(resolver, experimental_device_assignment=assignment)
+    strategy._enable_packed_variable_in_eager_mode = packed  # pylint: disable=protected-access
+    return strategy
+
+
+def local(strategy, value):
+    """Per-replica results as Python lists."""
+    return [tf.nest.map_structure(lambda t: t.numpy().tolist(), v)
+            for v in strategy.experimental_local_results(value)]

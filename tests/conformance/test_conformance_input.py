@@ -1,0 +1,74 @@
+"""Distributed input as on a TPU: where batches land, and what a TPU refuses to prefetch."""
+
+import pytest
+import tensorflow as tf
+
+
+def _batches(strategy):
+    n = strategy.num_replicas_in_sync
+    return tf.data.Dataset.range(n * 2, output_type=tf.float32).batch(n)
+
+
+def test_batches_are_prefetched_to_the_replica_devices(tpu_strategy):
+    """By default (and with fetch_to_device=True) replica k's batch is on replica k's device.
+
+    TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_default
+    TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_tpu
+    """
+    for options in (None, tf.distribute.InputOptions(experimental_fetch_to_device=True)):
+        element = next(iter(tpu_strategy.experimental_distribute_dataset(_batches(tpu_strategy), options)))
+        devices = [t.device for t in tpu_strategy.experimental_local_results(element)]
+        assert devices == list(tpu_strategy.extended.worker_devices)
+
+
+def test_batches_stay_on_the_host_without_fetch_to_device(tpu_strategy):
+    """With fetch_to_device=False the batches stay on the host's CPU.
+
+    TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_cpu
+    """
+    options = tf.distribute.InputOptions(experimental_fetch_to_device=False)
+    element = next(iter(tpu_strategy.experimental_distribute_dataset(_batches(tpu_strategy), options)))
+    first = tpu_strategy.experimental_local_results(element)[0]
+    assert tf.DeviceSpec.from_string(first.device).device_type == "CPU"
+
+
+def _sparse(strategy):
+    return tf.data.Dataset.from_tensors(
+        tf.sparse.SparseTensor(indices=[[0, 0], [0, 1], [1, 0]], values=[1, 2, 3], dense_shape=[2, 2])
+    ).repeat().batch(strategy.num_replicas_in_sync)
+
+
+def _ragged(strategy):
+    return tf.data.Dataset.from_tensors(
+        tf.RaggedTensor.from_row_splits(values=[1, 2, 3], row_splits=[0, 2, 3])
+    ).repeat().batch(strategy.num_replicas_in_sync)
+
+
+@pytest.mark.parametrize("make", [_sparse, _ragged], ids=["sparse", "ragged"])
+def test_sparse_and_ragged_batches_cannot_be_prefetched_to_device(tpu_strategy, make):
+    """Sparse or ragged batches prefetched to device are refused, from a dataset or a function.
+
+    TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_sparse_dataset
+    TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_ragged_dataset_fn
+    """
+    with pytest.raises(ValueError, match="TPUStrategy does not support"):
+        iter(tpu_strategy.experimental_distribute_dataset(make(tpu_strategy)))
+    with pytest.raises(ValueError, match="TPUStrategy does not support"):
+        iter(tpu_strategy.distribute_datasets_from_function(lambda _: make(tpu_strategy)))
+
+
+def test_input_function_sees_one_pipeline_for_all_replicas(tpu_strategy):
+    """An input function gets one pipeline (id 0) feeding all replicas of the one host.
+
+    TF: tpu_strategy_test.py TPUStrategyDistributionTest.test_make_input_fn_iterable
+    """
+    contexts = []
+
+    def dataset_fn(context):
+        contexts.append(context)
+        return tf.data.Dataset.range(10).batch(1)
+
+    iter(tpu_strategy.distribute_datasets_from_function(dataset_fn))
+    assert [(c.num_input_pipelines, c.input_pipeline_id, c.num_replicas_in_sync) for c in contexts] == [
+        (1, 0, tpu_strategy.num_replicas_in_sync)
+    ]

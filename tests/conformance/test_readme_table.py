@@ -1,0 +1,28 @@
+"""The README's conformance table is the one these tests generate."""
+
+import pathlib
+
+import conformance_table
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_conformance_block_is_current():
+    text = README.read_text()
+    start, end = "<!-- conformance:start -->\n", "\n<!-- conformance:end -->"
+    assert start in text and end in text, "README.md lost its conformance block"
+    block = text.split(start, 1)[1].split(end, 1)[0]
+    assert block == conformance_table.markdown(), (
+        "README.md's conformance table is stale: run `python tools/readme.py conformance`."
+    )
+
+
+def test_every_behaviour_names_its_tensorflow_test_and_by_design_rows_give_a_reason():
+    rows = conformance_table.rows()
+    assert len(rows) >= 30
+    for behaviour, tf_test, result in rows:
+        assert tf_test.split()[0] in ("tpu_strategy_test.py", "strategy_common_test.py"), tf_test
+        assert result == "pass" or (result.startswith("by design: ") and len(result) > 40), behaviour
+    counts = conformance_table.counts()
+    assert counts["pass"] + counts["by design"] == len(rows)
+    assert counts["by design"] <= 3  # the by-design list stays short

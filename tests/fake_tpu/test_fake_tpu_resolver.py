@@ -1,0 +1,165 @@
+"""The fake TPU's resolver, topologies and device assignments."""
+
+
+import pytest
+import tensorflow as tf
+
+import compat_distribute
+from compat_distribute.testing import FakeTPUClusterResolver
+from compat_distribute.testing import FakeTPUStrategy
+from compat_distribute.testing import TOPOLOGIES
+from compat_distribute.testing import fake_tpu
+from compat_distribute.testing import initialize_tpu_system
+from compat_distribute.testing import shutdown_tpu_system
+
+from fake_tpu_helpers import CPU
+
+
+@pytest.mark.parametrize(
+    "topology, mesh, cores",
+    [("v2-8", [2, 2, 1, 2], 8), ("v3-8", [2, 2, 1, 2], 8), ("v4-8", [2, 2, 1, 1], 4)],
+)
+def test_resolver_answers_as_a_one_host_tpu(topology, mesh, cores):
+    resolver = FakeTPUClusterResolver(topology)
+    assert isinstance(resolver, tf.distribute.cluster_resolver.ClusterResolver)
+    assert list(TOPOLOGIES[topology]) == mesh
+    assert resolver.num_accelerators() == {"TPU": cores}
+    assert resolver.master() == ""
+    assert resolver.cluster_spec().as_dict() == {}
+    assert (resolver.task_type, resolver.task_id) == ("worker", 0)
+    metadata = resolver.get_tpu_system_metadata()
+    assert isinstance(metadata, tf.tpu.experimental.TPUSystemMetadata)
+    assert (metadata.num_cores, metadata.num_hosts, metadata.num_of_cores_per_host) == (
+        cores,
+        1,
+        cores,
+    )
+    assert metadata.topology is None  # As TF's: initialize_tpu_system gives the topology.
+    assert [d.name for d in metadata.devices] == [CPU.format(i) for i in range(cores)]
+
+
+def test_resolver_takes_any_mesh():
+    resolver = FakeTPUClusterResolver(mesh_shape=(1, 2, 2, 2))
+    assert resolver.num_accelerators() == {"TPU": 8}
+    assert resolver.mesh_shape == (1, 2, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            dict(topology="v9-8"),
+            "Unknown TPU topology 'v9-8'; the presets are 'v2-8', 'v3-8', 'v4-8', 'v5litepod-1'",
+        ),
+        (dict(mesh_shape=(2, 2, 1)), "got (2, 2, 1). For example mesh_shape=(2, 2, 1, 2)"),
+        (
+            dict(mesh_shape=(2, 2, 0, 2)),
+            "four positive ints (x, y, z, cores_per_chip); got (2, 2, 0, 2)",
+        ),
+        (dict(mesh_shape=(2, 2, 1, 2.0)), "got (2, 2, 1, 2.0)"),
+        (dict(mesh_shape=(2, True, 1, 2)), "got (2, True, 1, 2)"),
+        (dict(mesh_shape=8), "got 8."),
+        (dict(topology="v4-8", mesh_shape=(2, 2, 1, 2)), "Pass either topology= or mesh_shape="),
+        (dict(device_type="TPU"), "device_type must be one of ('CPU', 'GPU'); got 'TPU'"),
+    ],
+)
+def test_bad_resolver_arguments_raise_value_error(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        FakeTPUClusterResolver(**kwargs)
+    assert message in str(info.value)
+
+
+def test_bad_fake_tpu_arguments_raise_before_patching():
+    before = tf.distribute.TPUStrategy
+    with pytest.raises(ValueError, match="Unknown TPU topology 'v5-9'"):
+        fake_tpu("v5-9")
+    assert tf.distribute.TPUStrategy is before
+
+
+def test_more_cores_than_the_started_runtime_has_is_a_clear_runtime_error():
+    assert len(tf.config.list_logical_devices("CPU")) == 8  # starts the runtime
+    with pytest.raises(RuntimeError) as info:
+        FakeTPUClusterResolver(mesh_shape=(2, 2, 2, 2))
+    assert "set_virtual_devices(16, 'CPU') came too late" in str(info.value)
+    assert "already initialised with 8 logical CPU device(s)" in str(info.value)
+
+
+def test_gpu_cores_without_a_gpu_is_a_clear_runtime_error():
+    assert not tf.config.list_physical_devices("GPU")
+    with pytest.raises(RuntimeError) as info:
+        FakeTPUClusterResolver(device_type="GPU")
+    assert str(info.value) == (
+        "set_virtual_devices(8, 'GPU'): this machine has no physical GPU device visible "
+        "to TensorFlow. Use device_type='CPU'."
+    )
+
+
+# The TPU system and device assignments.
+
+
+def test_initialize_returns_a_real_topology_for_device_assignment():
+    resolver = FakeTPUClusterResolver("v3-8")
+    assert resolver.tpu_hardware_feature is None
+    topology = initialize_tpu_system(resolver)
+    assert isinstance(topology, tf.tpu.experimental.Topology)
+    assert topology.mesh_shape.tolist() == [2, 2, 1, 2]
+    assert (topology.num_tasks, topology.num_tpus_per_task) == (1, 8)
+    # Every core has its own coordinates; the two cores of a chip are adjacent.
+    coords = topology.device_coordinates[0].tolist()
+    assert len({tuple(c) for c in coords}) == 8
+    assert coords[:2] == [[0, 0, 0, 0], [0, 0, 0, 1]]
+    assert resolver.tpu_hardware_feature is not None  # As TF's, set by initialization.
+    assignment = tf.tpu.experimental.DeviceAssignment.build(
+        topology, computation_shape=[1, 1, 1, 2], num_replicas=4
+    )
+    assert (assignment.num_replicas, assignment.num_cores_per_replica) == (4, 2)
+    shutdown_tpu_system(resolver)
+    assert resolver.tpu_hardware_feature is None
+
+
+def test_device_assignment_of_the_whole_mesh():
+    resolver = FakeTPUClusterResolver(mesh_shape=[1, 2, 2, 2])
+    topology = initialize_tpu_system(resolver)
+    assignment = tf.tpu.experimental.DeviceAssignment.build(
+        topology, computation_shape=[1, 2, 2, 2], num_replicas=1
+    )
+    assert sorted(assignment.tpu_ordinal(0, c) for c in range(8)) == list(range(8))
+
+
+def test_system_calls_refuse_a_real_resolver():
+    real = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec({}))
+    with pytest.raises(
+        TypeError, match="must be a compat_distribute.testing.FakeTPUClusterResolver"
+    ):
+        initialize_tpu_system(real)
+
+
+def test_device_assignment_of_another_fake_is_a_value_error():
+    v3_topology = initialize_tpu_system(FakeTPUClusterResolver("v3-8"))
+    assignment = tf.tpu.experimental.DeviceAssignment.build(
+        v3_topology, computation_shape=[1, 1, 1, 1], num_replicas=8
+    )
+    with pytest.raises(ValueError) as info:
+        FakeTPUStrategy(FakeTPUClusterResolver("v4-8"), experimental_device_assignment=assignment)
+    assert str(info.value) == (
+        "device_assignment was built for a TPU topology with mesh_shape=[2, 2, 1, 2] and "
+        "1 task(s) x 8 cores, but this fake TPU is v4-8 with mesh_shape=[2, 2, 1, 1] "
+        "(4 cores). Build it from this resolver's topology: "
+        "DeviceAssignment.build(initialize_tpu_system(resolver), ...)."
+    )
+
+
+def test_device_assignment_needing_more_cores_is_a_value_error():
+    resolver = FakeTPUClusterResolver("v4-8")
+    topology = initialize_tpu_system(resolver)
+    assignment = tf.tpu.experimental.DeviceAssignment(topology, [[[0, 0, 0, 0]]] * 5)
+    with pytest.raises(ValueError) as info:
+        FakeTPUStrategy(resolver, experimental_device_assignment=assignment)
+    assert str(info.value) == (
+        "device_assignment needs 5 replicas x 1 cores = 5 cores, but this fake TPU (v4-8) has 4."
+    )
+
+
+# The strategy.
+
+

@@ -1,0 +1,220 @@
+"""run_steps and the V1 signature on the fake TPU; strict mode."""
+
+
+import logging
+
+import pytest
+import tensorflow as tf
+
+import compat_distribute
+from compat_distribute.testing import FakeTPUClusterResolver
+from compat_distribute.testing import FakeTPUStrategy
+from compat_distribute.testing import fake_tpu
+from compat_distribute.testing import initialize_tpu_system
+from compat_distribute.testing import shutdown_tpu_system
+
+from fake_tpu_helpers import values
+
+
+def make_counter(strategy):
+    with strategy.scope():
+        return tf.Variable(0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
+def test_run_steps_runs_steps_per_run_steps_on_the_device(v1_steps):
+    counter = make_counter(v1_steps)
+    dataset = tf.data.Dataset.range(1000).batch(8, drop_remainder=True)
+    iterator = iter(v1_steps.experimental_distribute_dataset(dataset))
+
+    def step(x):
+        counter.assign_add(1)
+        return tf.distribute.get_replica_context().all_reduce("SUM", x)
+
+    out = v1_steps.run_steps(step, iterator)  # steps_per_run = 4 steps: batches 0..3
+    assert counter.numpy() == 4
+    assert values(out, v1_steps) == [[sum(range(24, 32))]] * 8
+    out = v1_steps.run_steps(step, iterator, steps=2)  # batches 4, 5
+    assert counter.numpy() == 6
+    assert values(out, v1_steps) == [[sum(range(40, 48))]] * 8
+    # Exactly 6 batches were consumed.
+    assert values(next(iterator), v1_steps) == [[48 + i] for i in range(8)]
+    with pytest.raises(ValueError, match=r"steps must be a positive int \(>= 1\); got 0 \(int\)"):
+        v1_steps.run_steps(step, iterator, steps=0)
+
+
+def test_run_steps_on_iterator_runs_iterations_on_the_device(v1_steps):
+    counter = make_counter(v1_steps)
+    iterator = v1_steps.make_dataset_iterator(
+        tf.data.Dataset.range(1000).batch(8, drop_remainder=True)
+    )
+
+    def replica_fn(x):
+        counter.assign_add(1)
+        return x
+
+    def step(ctx, inputs):
+        out = v1_steps.extended.call_for_each_replica(replica_fn, args=(inputs,))
+        ctx.set_last_step_output("x", out)
+        return out
+
+    ctx = v1_steps.extended.experimental_run_steps_on_iterator(step, iterator, iterations=3)
+    assert counter.numpy() == 3
+    assert int(ctx.run_op) == 3
+    assert values(ctx.last_step_outputs["x"], v1_steps) == [[16 + i] for i in range(8)]
+    with pytest.raises(
+        ValueError, match=r"iterations must be a positive int \(>= 1\); got 0 \(int\)"
+    ):
+        v1_steps.extended.experimental_run_steps_on_iterator(step, iterator, iterations=0)
+
+
+# The V1 signature and member table.
+
+
+def test_v1_tpu_strategy_builds_the_fake(v1_steps):
+    assert isinstance(v1_steps, FakeTPUStrategy)
+    assert v1_steps.steps_per_run == v1_steps.extended.steps_per_run == 4
+    with pytest.warns(DeprecationWarning, match="experimental_run_v2 is deprecated; use run"):
+        assert v1_steps.experimental_run_v2 == v1_steps.run
+    assert not hasattr(v1_steps, "experimental_make_numpy_iterator")
+    assert v1_steps.initialize() == [] and v1_steps.finalize() == []
+
+
+def test_v1_tpu_strategy_with_device_assignment():
+    resolver = FakeTPUClusterResolver("v3-8")
+    assignment = tf.tpu.experimental.DeviceAssignment.build(
+        initialize_tpu_system(resolver), computation_shape=[1, 1, 1, 2], num_replicas=4
+    )
+    strategy = compat_distribute.TPUStrategy(
+        resolver, steps_per_run=2, device_assignment=assignment
+    )
+    assert strategy.cluster_resolver is resolver
+    assert strategy.num_replicas_in_sync == 4
+    assert strategy.extended.steps_per_run == 2
+    with pytest.raises(ValueError, match=r"steps_per_run must be a positive int \(>= 1\); got 0"):
+        compat_distribute.TPUStrategy(resolver, steps_per_run=0)
+
+
+# Strict mode: the XLA compile check runs the first time each step is traced.
+
+
+def _bad_replica_fn(x):
+    as_text = tf.strings.as_string(x)  # no XLA kernel
+    doubled = tf.cast(x, tf.float64) * 2.0  # float64: no TPU support
+    return tf.cast(doubled, tf.float32) + tf.cast(tf.strings.length(as_text), tf.float32)
+
+
+def _clean_replica_fn(x, w):
+    loss = tf.reduce_sum(x * w)
+    total = tf.distribute.get_replica_context().all_reduce("SUM", loss)
+    w.assign_sub(0.1 * total)
+    return total
+
+
+def _train(strategy):
+    with strategy.scope():
+        w = tf.Variable(1.0)
+    dataset = tf.data.Dataset.range(32).map(lambda i: tf.cast(i, tf.float32)).batch(8)
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    totals = strategy.run_steps(lambda x: _clean_replica_fn(x, w), iterator, steps=3)
+    return [float(t) for t in strategy.experimental_local_results(totals)], float(w.numpy())
+
+
+def test_strict_mode_refuses_a_bad_step_listing_every_problem():
+    from compat_distribute.testing import TPUCompatibilityError
+
+    strict = FakeTPUStrategy(FakeTPUClusterResolver("v4-8", strict=True))
+
+    @tf.function
+    def step(x):
+        return strict.run(_bad_replica_fn, args=(x,))
+
+    with pytest.raises(TPUCompatibilityError) as info:
+        step(tf.constant(1.0))
+    message = str(info.value)
+    # One entry per offending line, though each op exists once per replica.
+    assert "_bad_replica_fn: 2 TPU problem(s)" in message
+    assert "XLA has no kernel for AsString" in message
+    assert "No registered 'AsString' OpKernel for XLA_CPU_JIT devices" in message  # TF's own text
+    assert "produces float64, which the TPU does not support" in message
+    source_lines = {(p.filename, p.lineno) for p in info.value.report.problems}
+    first = _bad_replica_fn.__code__.co_firstlineno
+    assert source_lines == {(__file__, first + 1), (__file__, first + 2)}
+    lenient = FakeTPUStrategy(FakeTPUClusterResolver("v4-8", strict=False))
+
+    @tf.function
+    def lenient_step(x):
+        return lenient.run(_bad_replica_fn, args=(x,))
+
+    # 2 * 1.0 + len("1.000000"): the lenient fake runs what a TPU would refuse.
+    assert [float(v) for v in lenient.experimental_local_results(lenient_step(1.0))] == [10.0] * 4
+
+
+def test_strict_mode_is_off_by_default():
+    assert FakeTPUClusterResolver().strict is False
+    assert fake_tpu().resolver().strict is False
+    assert FakeTPUClusterResolver(strict=True).strict is True
+
+
+def test_strict_mode_runs_a_clean_step_as_non_strict_mode_does():
+    strict = compat_distribute.TPUStrategy(FakeTPUClusterResolver("v4-8", strict=True))
+    lenient = compat_distribute.TPUStrategy(FakeTPUClusterResolver("v4-8"))
+    assert _train(strict) == _train(lenient)
+    totals, w = _train(strict)
+    # Per step: total = sum(batch) * w on every replica, then w -= 0.1 * total.
+    # Batches sum to 28, 92, 156: w = 1 -> -1.8 -> 14.76 -> -215.496.
+    assert totals == [pytest.approx(156 * 14.76)] * 4
+    assert w == pytest.approx(-215.496)
+
+
+# fake_tpu(): unmodified TPU code.
+
+
+
+def test_strict_mode_passes_a_step_that_all_reduces_a_shared_tensor():
+    """On a TPU every tensor in the step is a cross_replica_sum operand, shared ones too."""
+    strategy = FakeTPUStrategy(FakeTPUClusterResolver("v4-8", strict=True))
+    captured = tf.constant(3.0)
+
+    @tf.function
+    def step(x):
+        def replica(y):
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce("SUM", y) + context.all_reduce("SUM", captured)
+
+        return strategy.run(replica, args=(x,))
+
+    assert values(step(tf.constant(1.0)), strategy) == [16.0] * 4
+
+
+def test_initializing_twice_warns_until_shut_down(caplog):
+    resolver = FakeTPUClusterResolver("v4-8")
+    shutdown_tpu_system(resolver)
+
+    def warnings_of_initialize():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="tensorflow"):
+            initialize_tpu_system(resolver)
+        return [r.getMessage() for r in caplog.records]
+
+    assert warnings_of_initialize() == []
+    assert warnings_of_initialize() == [
+        "TPU system fake-v4-8 has already been initialized. Reinitializing the TPU can cause "
+        "previously created variables on TPU to be lost."
+    ]
+    shutdown_tpu_system(resolver)
+    assert warnings_of_initialize() == []
+
+
+def test_reduce_without_a_reduce_op_says_what_is_accepted(v3_8):
+    value = v3_8.experimental_distribute_values_from_function(lambda _: tf.ones(()))
+    for call in (
+        lambda: v3_8.reduce(None, value, axis=None),
+        lambda: v3_8.extended.reduce_to(None, value, "/cpu:0"),
+        lambda: v3_8.extended.batch_reduce_to(None, [(value, "/cpu:0")]),
+    ):
+        with pytest.raises(AssertionError) as info:
+            call()
+        assert str(info.value) == (
+            "reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN'); got None. "
+            "TPUStrategy's reduce_to asserts the same (with no message)."
+        )
