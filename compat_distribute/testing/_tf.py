@@ -16,6 +16,8 @@ _DISTRIBUTE = "tensorflow.python.distribute"
 INTERNALS = {
     "CollectiveAllReduceStrategy": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategy",
     "CollectiveAllReduceStrategyV1": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategyV1",
+    # XLA check
+    "get_all_registered_kernels": "tensorflow.python.framework.kernels:get_all_registered_kernels",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -24,6 +26,8 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategy", "_collective_key_base"),
     (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategyV1", "_collective_key_base"),
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredStrategy", "_collective_key_base"),
+    # XLA check
+    ("tensorflow.python.framework.ops:Graph", "_get_function"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)
@@ -57,3 +61,11 @@ def give_next_multi_worker_strategies_own_keys():
     base = next_collective_key_base()
     __getattr__("CollectiveAllReduceStrategy")._collective_key_base = base
     __getattr__("CollectiveAllReduceStrategyV1")._collective_key_base = base
+
+
+# XLA check
+
+
+def graph_function(graph, name):
+    """The function called `name` in `graph`'s function library, or None."""
+    return graph._get_function(name)
