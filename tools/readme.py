@@ -1,4 +1,4 @@
-"""Regenerates the README's generated blocks: `python tools/readme.py [members] [bench]`.
+"""Regenerates the README's generated blocks: `python tools/readme.py [members] [xla_rules] [bench]`.
 
 A block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`.
 """
@@ -32,6 +32,13 @@ def members():
     return _members.migration_table()
 
 
+def xla_rules():
+    sys.path.insert(0, ROOT)
+    from compat_distribute.testing.xla_check import rules
+
+    return rules.readme_table()
+
+
 def bench():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import run_all
@@ -40,5 +47,5 @@ def bench():
 
 
 if __name__ == "__main__":
-    for block in sys.argv[1:] or ["members"]:
-        update(block, {"members": members, "bench": bench}[block]())
+    for block in sys.argv[1:] or ["members", "xla_rules"]:
+        update(block, {"members": members, "xla_rules": xla_rules, "bench": bench}[block]())

@@ -179,7 +179,7 @@ RULES = (
         "xla_kernel_refuses_dtypes",
         XLA_KERNEL_REFUSES,
         UNSUPPORTED_OP,
-        "XLA has a {op_type} kernel, but not for these dtypes; the TPU compile fails on it",
+        "XLA has kernels for {op_type}, but none for these dtypes; the TPU compile fails on it",
         _MOVE_OUT,
         except_ops=_ARGUMENTS,
     ),
@@ -280,7 +280,7 @@ def readme_table() -> str:
     for rule_ in RULES:
         kind = rule_.kind or "accepted"
         as_ = f"problem (`{kind}`)" if kind in PROBLEM_KINDS else f"warning (`{kind}`)" if rule_.kind else kind
-        why = rule_.why.format(op_type="the op", dtypes="a dtype the TPU lacks")
+        why = rule_.why.format(op_type="the op", dtypes="`float64`, `complex128`, `string`, ...")
         todo = "; ".join([rule_.instead] + [f"`{op}`: {text}" for op, text in rule_.instead_for])
         lines.append(f"| `{rule_.name}` | {condition(rule_)} | {as_} | {why} | {todo.strip('; ')} |")
     lines.append("")
