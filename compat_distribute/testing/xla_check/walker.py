@@ -8,6 +8,7 @@ the walk finds all of them, one entry per offending line.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, NamedTuple
 
@@ -32,13 +33,14 @@ class Node(NamedTuple):
     in_dtypes: tuple
     out_dtypes: tuple
     calls: tuple  # names of the functions it calls
-    filename: str | None = None
-    lineno: int | None = None
-    op: Any = None  # the Operation, when there is one (to compile it alone)
+    op: Any = None  # the Operation, when there is one (its source line; to compile it alone)
 
 
 def _off_tpu(dtypes):
-    return tuple(sorted({d.name for d in dtypes if d.name not in rules.TPU_DTYPES})) or None
+    names = [d.name for d in dtypes]
+    if all(name in rules.TPU_DTYPES for name in names):
+        return None
+    return tuple(sorted({name for name in names if name not in rules.TPU_DTYPES}))
 
 
 # Each test returns None when the op does not match, else the detail the
@@ -55,11 +57,15 @@ _TESTS = {
 }
 
 
+@functools.lru_cache(maxsize=4096)
+def _rules_for(op_type: str) -> tuple:
+    """The per-op rules that apply to `op_type`, in table order."""
+    return tuple(r for r in rules.RULES if r.test != rules.COMPILE and r.applies_to(op_type))
+
+
 def match(node: Node):
     """`(rule, detail)` for the first rule that applies to `node`, or `(None, None)`."""
-    for rule in rules.RULES:
-        if rule.test == rules.COMPILE or not rule.applies_to(node.type):
-            continue
+    for rule in _rules_for(node.type):
         detail = _TESTS[rule.test](node)
         if detail is not None and (rule.dtypes is None or set(detail) <= rule.dtypes):
             return rule, detail
@@ -94,7 +100,6 @@ def node_of(op, function: str | None = None) -> Node:
         tuple(t.dtype for t in op.inputs),
         tuple(t.dtype for t in op.outputs),
         tuple(_function_names(op.node_def.attr)),
-        *user_frame(op),
         op,
     )
 
@@ -161,10 +166,12 @@ class Walker:
         rule, detail = match(node)
         if rule is None or rule.kind is None:
             return
+        # Looked up only here: finding the source line costs more than the rules.
+        filename, lineno = user_frame(node.op) if node.op is not None else (None, None)
         # Without a source line, the op itself is the place; the copies a
         # multi-replica strategy makes of it (replica_1/..., ...) are one.
-        if node.filename:
-            where = (node.filename, node.lineno)
+        if filename:
+            where = (filename, lineno)
         else:
             where = (node.function, _REPLICA_PREFIX.sub("", node.name))
         key = (rule.kind, detail or node.type, where)
@@ -179,8 +186,8 @@ class Walker:
                 node.type,
                 node.name,
                 node.function,
-                node.filename,
-                node.lineno,
+                filename,
+                lineno,
                 rule.reason(node.type, detail),
                 rule=rule.name,
             )
