@@ -1,6 +1,8 @@
 """A step that cannot compile fails with the TPU's error type: tf.errors.InvalidArgumentError."""
 
+import inspect
 import pickle
+import warnings
 
 import pytest
 import tensorflow as tf
@@ -9,6 +11,7 @@ import compat_distribute
 from compat_distribute.testing import (
     FakeTPUClusterResolver,
     TPUCompatibilityError,
+    TPUPerformanceWarning,
     check_tpu_compatible,
     ensure_tpu_compatible,
 )
@@ -112,3 +115,16 @@ def test_the_error_class_is_loaded_on_first_use(run_python):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["False", "True compat_distribute.testing.xla_check.errors"]
+
+
+def test_hazards_warn_once_at_the_callers_line():
+    def masked_step(x):
+        return tf.reduce_sum(tf.boolean_mask(x, x > 0))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = ensure_tpu_compatible(masked_step, (X,))
+        line = inspect.currentframe().f_lineno - 1
+    assert report.ok
+    assert [(w.category, w.filename, w.lineno) for w in caught] == [(TPUPerformanceWarning, __file__, line)]
+    assert str(caught[0].message).startswith("masked_step: compiles for a TPU, but:\n  - ")

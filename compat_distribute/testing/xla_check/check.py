@@ -133,16 +133,13 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibility
     else:
         message, compiled = None, None
     compiling.attach_messages(walker, message)
-    note = (
-        message
-        if compiled is False
-        else (
-            None
-            if compiled
-            else f"not compiled as a whole: {strategy.num_replicas_in_sync} replicas "
-            "span several devices; each flagged op was compiled alone"
+    if compiled is None:
+        note = (
+            f"not compiled as a whole: {strategy.num_replicas_in_sync} replicas span several "
+            "devices; each flagged op was compiled alone"
         )
-    )
+    else:
+        note = message  # TF's error, or None when it compiled
     return TPUCompatibilityReport.of(name, walker.entries, compiled, note)
 
 
