@@ -278,8 +278,10 @@ def readme_table() -> str:
         "|---|---|---|---|---|",
     ]
     for rule_ in RULES:
-        kind = rule_.kind or "accepted"
-        as_ = f"problem (`{kind}`)" if kind in PROBLEM_KINDS else f"warning (`{kind}`)" if rule_.kind else kind
+        if rule_.kind is None:
+            as_ = "accepted"
+        else:
+            as_ = f"{'problem' if rule_.kind in PROBLEM_KINDS else 'warning'} (`{rule_.kind}`)"
         why = rule_.why.format(op_type="the op", dtypes="`float64`, `complex128`, `string`, ...")
         todo = "; ".join([rule_.instead] + [f"`{op}`: {text}" for op, text in rule_.instead_for])
         lines.append(f"| `{rule_.name}` | {condition(rule_)} | {as_} | {why} | {todo.strip('; ')} |")
