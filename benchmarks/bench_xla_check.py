@@ -9,6 +9,8 @@ SGD update with assign_sub):
   check_s            check_tpu_compatible (trace + walk + XLA compile)
   check_graph_s      check_graph on the already traced function (what a
                      strategy that traced the step itself pays)
+  walk_s             the walk alone (check_graph without compiling), and
+                     walk_ops_per_s: ops tested against the rule table a second
   warm_step_s        median warm step, plain
   warm_step_checked_s  median warm step through a wrapper that checked at
                      first trace (strict mode)
@@ -43,6 +45,7 @@ FAKE_TPU_CORES = 4
 testing.set_virtual_devices(FAKE_TPU_CORES)  # pylint: disable=g-import-not-at-top
 
 from compat_distribute.testing import xla_check  # pylint: disable=g-import-not-at-top
+from compat_distribute.testing.xla_check import kernels, walker  # pylint: disable=g-import-not-at-top
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "xla_check.json")
 
@@ -71,6 +74,13 @@ def _timed(fn):
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
+
+
+def _ops_in(graph):
+    """Ops in `graph` and in every function it calls, as the walk visits them."""
+    walk = walker.Walker()
+    walk.walk_graph(graph)
+    return len(walk.ops)
 
 
 def _warm_medians(calls, steps):
@@ -125,6 +135,8 @@ def measure(make_step, strategy, warm_steps=50):
         )
     )
     check_graph_s, _ = _timed(lambda: xla_check.check_graph(checked.get_concrete_function(*specs)))
+    graph = checked.get_concrete_function(*specs).graph
+    walk_s, _ = _timed(lambda: xla_check.check_graph(graph, compile_ops=False))
     warm_step_s, warm_step_checked_s = _warm_medians(
         [lambda: plain(*plain_args), lambda: checked(*args)], warm_steps
     )
@@ -135,6 +147,8 @@ def measure(make_step, strategy, warm_steps=50):
         "first_trace_checked_s": first_trace_checked_s,
         "check_s": check_s,
         "check_graph_s": check_graph_s,
+        "walk_s": walk_s,
+        "walk_ops_per_s": _ops_in(graph) / walk_s,
         "warm_step_s": warm_step_s,
         "warm_step_checked_s": warm_step_checked_s,
         "check_over_first_trace": check_s / first_trace_s,
@@ -182,7 +196,7 @@ def main(argv=None):
 
     # The kernel table fills at the first XLA compile of the process; time it
     # apart so it is not billed to one case.
-    table_s, _ = _timed(xla_check._xla_kernels)  # pylint: disable=protected-access
+    table_s, _ = _timed(kernels.table)
     # One throwaway trace so the first case does not pay TF's own warm-up.
     measure(training_step_factory, tf.distribute.get_strategy(), 5)
 
@@ -229,6 +243,11 @@ def main(argv=None):
         {
             "measure": "strict mode: first trace + check / first trace",
             "value": f"{mirrored['first_trace_checked_s'] / mirrored['first_trace_s']:.2f}",
+            "target": "",
+        },
+        {
+            "measure": "walk: ops tested against the rule table per second",
+            "value": f"{mirrored['walk_ops_per_s']:.0f}",
             "target": "",
         },
         {

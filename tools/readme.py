@@ -1,4 +1,4 @@
-"""Regenerates the README's generated blocks: `python tools/readme.py [members] [bench] [conformance]`.
+"""Regenerates the README's generated blocks: `python tools/readme.py [members] [xla_rules] [conformance] [bench]`.
 
 A block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`.
 """
@@ -32,6 +32,13 @@ def members():
     return _members.migration_table()
 
 
+def xla_rules():
+    sys.path.insert(0, ROOT)
+    from compat_distribute.testing.xla_check import rules
+
+    return rules.readme_table()
+
+
 def bench():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import run_all
@@ -47,6 +54,6 @@ def conformance():
 
 
 if __name__ == "__main__":
-    for block in sys.argv[1:] or ["members"]:
-        blocks = {"members": members, "bench": bench, "conformance": conformance}
+    blocks = {"members": members, "xla_rules": xla_rules, "conformance": conformance, "bench": bench}
+    for block in sys.argv[1:] or ["members", "xla_rules", "conformance"]:
         update(block, blocks[block]())

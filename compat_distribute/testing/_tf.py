@@ -38,6 +38,8 @@ INTERNALS = {
     "TopologyProto": "tensorflow.core.protobuf.tpu.topology_pb2:TopologyProto",
     "HardwareFeature": "tensorflow.python.tpu.tpu_hardware_feature:HardwareFeature",
     "variable_accessed": "tensorflow.python.eager.tape:variable_accessed",
+    # XLA check
+    "get_all_registered_kernels": "tensorflow.python.framework.kernels:get_all_registered_kernels",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -54,6 +56,8 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_as_operand"),
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_dense_var_to_tensor"),
     ("tensorflow.python.eager.polymorphic_function.polymorphic_function:Function", "_clone"),
+    # XLA check
+    ("tensorflow.python.framework.ops:Graph", "_get_function"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)
@@ -92,3 +96,11 @@ def give_next_multi_worker_strategies_own_keys():
 def clone_function(function, python_function):
     """A copy of tf.function `function` (its options kept) around `python_function`."""
     return function._clone(python_function=python_function)
+
+
+# XLA check
+
+
+def graph_function(graph, name):
+    """The function called `name` in `graph`'s function library, or None."""
+    return graph._get_function(name)
