@@ -74,19 +74,6 @@ def keras_major_version(model):
     )
 
 
-def _check_strategy(strategy):
-    import tensorflow as tf
-
-    strategies = (tf.distribute.Strategy, tf.compat.v1.distribute.Strategy)
-    if not isinstance(strategy, strategies):
-        raise TypeError(
-            f"strategy must be a tf.distribute.Strategy (for example "
-            f"compat_distribute.TPUStrategy(...), or tf.distribute.get_strategy() "
-            f"for none); got {_validate.show(strategy)}. Pass the strategy whose "
-            f"scope builds the model."
-        )
-
-
 def _check_on_unsupported(on_unsupported):
     if not isinstance(on_unsupported, str) or on_unsupported not in ON_UNSUPPORTED:
         raise ValueError(
@@ -133,7 +120,7 @@ def steps_per_execution(strategy, model=None, *, on_unsupported="warn"):
 
 
 def _steps_per_execution(strategy, model, on_unsupported, stacklevel):
-    _check_strategy(strategy)
+    _validate.strategy(strategy, hint="Pass the strategy whose scope builds the model.")
     _check_on_unsupported(on_unsupported)
     keras = None if model is None else keras_major_version(model)
     steps = _steps_per_run(strategy)
@@ -156,8 +143,9 @@ def _steps_per_execution(strategy, model, on_unsupported, stacklevel):
         f"with 2 or more replicas ({KERAS_ISSUE})."
     )
     remedy = (
-        f" Start compat_distribute.keras.multi_step_fix() before fit() to keep "
-        f"steps_per_execution={steps}, or use Keras 2 (pip install "
+        f" To keep steps_per_execution={steps}, start "
+        f"compat_distribute.keras.multi_step_fix() before this call and keep it "
+        f"started through fit(), or use Keras 2 (pip install "
         f"compat_distribute[legacy], TF_USE_LEGACY_KERAS=1)."
     )
     if on_unsupported == "raise":
