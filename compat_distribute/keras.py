@@ -26,7 +26,6 @@ passes N through while `multi_step_fix()` is started.
 Keras and TensorFlow are imported by none of this until a function is called.
 """
 
-import numbers
 import sys
 import threading
 import warnings
@@ -39,14 +38,6 @@ ON_UNSUPPORTED = ("warn", "raise")
 
 class KerasStepsWarning(UserWarning):
     """steps_per_run could not become steps_per_execution; 1 is used."""
-
-
-# Which Keras a model class comes from: (top-level package, name in messages).
-_KERAS_PACKAGES = (
-    ("keras", "Keras"),
-    ("tf_keras", "tf-keras"),
-    ("tensorflow", "TensorFlow's built-in Keras"),  # tensorflow.python.keras
-)
 
 
 def keras_major_version(model):
@@ -83,18 +74,6 @@ def _check_on_unsupported(on_unsupported):
         )
 
 
-def _steps_per_run(strategy):
-    steps = getattr(strategy.extended, "steps_per_run", None)
-    if steps is None:
-        return 1
-    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
-        raise ValueError(
-            f"strategy.extended.steps_per_run must be a positive int; got "
-            f"{_validate.show(steps)}. Build the strategy with steps_per_run=N (N >= 1)."
-        )
-    return int(steps)
-
-
 def _hits_keras_multi_step_bug(strategy):
     from compat_distribute import _tf
 
@@ -123,7 +102,8 @@ def _steps_per_execution(strategy, model, on_unsupported, stacklevel):
     _validate.strategy(strategy, hint="Pass the strategy whose scope builds the model.")
     _check_on_unsupported(on_unsupported)
     keras = None if model is None else keras_major_version(model)
-    steps = _steps_per_run(strategy)
+    # The shims check steps_per_run when built; other strategies have none.
+    steps = getattr(strategy.extended, "steps_per_run", None) or 1
     if steps == 1 or keras == 2 or not _hits_keras_multi_step_bug(strategy):
         return steps
     if keras is None:
