@@ -26,6 +26,7 @@ passes N through while `multi_step_fix()` is started.
 Keras and TensorFlow are imported by none of this until a function is called.
 """
 
+import functools
 import sys
 import threading
 import warnings
@@ -168,11 +169,15 @@ _fix_state = {"starts": 0, "original": None}
 
 
 def _capture_outside_control_flow(original):
+    @functools.wraps(original)
     def capture_call_time_value(self, closure, spec, key=None, default_value=None,
                                 placeholder=None):
         graph = self
-        while getattr(graph, "is_control_flow_graph", False) and getattr(
-            graph.outer_graph, "building_function", False
+        # A given placeholder (SavedModel loading) belongs to this graph: keep it.
+        while (
+            placeholder is None
+            and getattr(graph, "is_control_flow_graph", False)
+            and getattr(graph.outer_graph, "building_function", False)
         ):
             graph = graph.outer_graph
         if graph is self:
@@ -182,7 +187,6 @@ def _capture_outside_control_flow(original):
         with graph.as_default():
             return original(graph, closure, spec, key, default_value, placeholder)
 
-    capture_call_time_value.compat_distribute_fix = True
     return capture_call_time_value
 
 
