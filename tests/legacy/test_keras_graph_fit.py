@@ -22,8 +22,6 @@ import textwrap
 import numpy as np
 import pytest
 
-pytest.importorskip("tf_keras")
-
 PROGRAM = textwrap.dedent(
     """
     import numpy as np
