@@ -152,7 +152,9 @@ def test_keras_3_cannot_fit_in_graph_mode(run_python):
         "tf.compat.v1.train.GradientDescentOptimizer(0.05)", "tf.keras.optimizers.SGD(0.05)"
     )
     assert keras_optimizer != PROGRAM
-    result = run_python(HARNESS.format(fake=V3_8, program=keras_optimizer), timeout=300, env=keras_3)
+    result = run_python(
+        HARNESS.format(fake=V3_8, program=keras_optimizer), timeout=300, env=keras_3
+    )
     assert result.returncode == 1
     assert result.stderr.rstrip().splitlines()[-1] == (
         "TypeError: int() argument must be a string, a bytes-like object or a real "
