@@ -29,6 +29,9 @@ INTERNALS = {
     "check_destinations": f"{_DISTRIBUTE}.cross_device_ops:check_destinations",
     # The V1 multi-step loop's context object.
     "MultiStepContext": f"{_DISTRIBUTE}.input_lib:MultiStepContext",
+    # Keras: the graph whose call-time captures multi_step_fix() moves out of
+    # control flow (keras-team/keras#19246).
+    "FuncGraph": "tensorflow.python.framework.func_graph:FuncGraph",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on

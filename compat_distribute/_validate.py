@@ -113,3 +113,16 @@ def cluster_resolver(name, value, *, tpu):
             f"for TPUs."
         )
     return value
+
+
+def strategy(value, *, hint):
+    """Checks that `value` is a `tf.distribute.Strategy` (TF2's or TF1's)."""
+    import tensorflow as tf
+
+    if not isinstance(value, (tf.distribute.Strategy, tf.compat.v1.distribute.Strategy)):
+        raise TypeError(
+            f"strategy must be a tf.distribute.Strategy (for example "
+            f"compat_distribute.TPUStrategy(...), or tf.distribute.get_strategy() "
+            f"outside any strategy's scope); got {show(value)}. {hint}"
+        )
+    return value

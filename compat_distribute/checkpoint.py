@@ -19,9 +19,18 @@ import os
 import shutil
 import tempfile
 
+from compat_distribute import _validate
+
+_STRATEGY_HINT = "Pass the strategy that saves the checkpoint."
+
 
 def is_chief(strategy):
     """Whether this process writes the real checkpoint (TF's `should_checkpoint`)."""
+    _validate.strategy(strategy, hint=_STRATEGY_HINT)
+    return _is_chief(strategy)
+
+
+def _is_chief(strategy):
     return bool(strategy.extended.should_checkpoint)
 
 
@@ -39,12 +48,15 @@ def checkpoint_dir_for(strategy, path):
     directory holds only the chief's files. Delete it when done (or use
     `checkpoint_dir`, which does).
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(
-            f"path must be a directory name (str or os.PathLike); got {path!r} "
-            f"({type(path).__name__})."
+    _validate.strategy(strategy, hint=_STRATEGY_HINT)
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise (ValueError if isinstance(path, str) else TypeError)(
+            f"path must be a directory name (a non-empty str or os.PathLike); got "
+            f"{_validate.show(path)}. Pass the checkpoint directory, e.g. "
+            f"'/tmp/ckpts/run1'; on workers other than the chief a temporary "
+            f"directory is returned instead."
         )
-    if is_chief(strategy):
+    if _is_chief(strategy):
         return os.fspath(path)
     task_type, task_id = _task(strategy)
     return tempfile.mkdtemp(prefix=f"compat_distribute_ckpt_{task_type}{task_id}_")

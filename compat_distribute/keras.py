@@ -1,27 +1,37 @@
-"""Keras 3 under the shims: TF1's `steps_per_run` as Keras' `steps_per_execution`.
+"""Keras under the shims: TF1's `steps_per_run` as Keras' `steps_per_execution`.
 
 TF1 code set the number of steps per device loop on the strategy
-(`TPUStrategy(resolver, steps_per_run=N)`); Keras 3 sets it on the model
-(`model.compile(..., steps_per_execution=N)`). `steps_per_execution(strategy)`
-maps one to the other, and `keras_compile_kwargs(strategy)` gives the keyword
-arguments for `compile`:
+(`TPUStrategy(resolver, steps_per_run=N)`); Keras sets it on the model
+(`model.compile(..., steps_per_execution=N)`). `steps_per_execution(strategy,
+model)` maps one to the other, and `keras_compile_kwargs(strategy, model)` gives
+the keyword arguments for `compile`:
 
     with strategy.scope():
         model = make_model()
-        model.compile(optimizer="sgd", loss="mse", **keras_compile_kwargs(strategy))
+        model.compile(optimizer="sgd", loss="mse", **keras_compile_kwargs(strategy, model))
 
-Known limit (Keras 3.15, keras-team/keras#19246): `steps_per_execution > 1`
-fails inside `fit` with "You must feed a value for placeholder tensor ..."
-when a MirroredStrategy-based strategy (MirroredStrategy,
-MultiWorkerMirroredStrategy, the fake TPU) has two or more replicas, in one
-process or across workers. The helper detects that case, warns and uses 1: the trained weights
-are the same, only more host round trips are made. Pass
-`on_unsupported="raise"` to get an error instead.
+The Keras is the one `model` belongs to: Keras 3 (`keras`), or Keras 2 (the
+`tf-keras` package, which `tf.keras` is under `TF_USE_LEGACY_KERAS=1`).
 
-Keras is imported by none of this; only `compile` needs it.
+Keras 3 with `steps_per_execution > 1` fails in `fit` with "You must feed a
+value for placeholder tensor ..." (keras-team/keras#19246) on a
+MirroredStrategy-based strategy (MirroredStrategy, MultiWorkerMirroredStrategy,
+the fake TPU) with two or more replicas. The cause is in TensorFlow, not in the
+strategy: `tf.cond` drops call-time captures (see `multi_step_fix`). Keras 2
+runs the same loop without a nested `tf.function` and is not affected. Where
+the bug applies the helper warns and uses 1 (the trained weights are the same,
+only more host round trips are made), raises with `on_unsupported="raise"`, or
+passes N through while `multi_step_fix()` is started.
+
+Keras and TensorFlow are imported by none of this until a function is called.
 """
 
+import functools
+import sys
+import threading
 import warnings
+
+from compat_distribute import _validate
 
 KERAS_ISSUE = "keras-team/keras#19246"
 ON_UNSUPPORTED = ("warn", "raise")
@@ -31,33 +41,80 @@ class KerasStepsWarning(UserWarning):
     """steps_per_run could not become steps_per_execution; 1 is used."""
 
 
+def keras_major_version(model):
+    """The major version (2 or 3) of the Keras that `model`'s class belongs to.
+
+    Read from the model's own class, not from the environment: with both `keras`
+    and `tf-keras` installed, `tf.keras` is either, depending on
+    `TF_USE_LEGACY_KERAS` when TensorFlow was first imported.
+    """
+    for cls in type(model).__mro__:
+        if cls.__name__ not in ("Model", "Functional", "Sequential"):
+            continue
+        top = cls.__module__.split(".")[0]
+        if top == "tensorflow" and ".keras." in cls.__module__:
+            return 2
+        if top in ("keras", "tf_keras"):
+            version = getattr(sys.modules.get(top), "__version__", "")
+            major = version.split(".")[0]
+            if major.isdigit():
+                return int(major)
+    raise TypeError(
+        f"model must be a Keras model (keras.Model, or tf_keras.Model for Keras 2); got "
+        f"{_validate.show(model)}. Pass the model you compile: "
+        f"keras_compile_kwargs(strategy, model)."
+    )
+
+
+def _check_on_unsupported(on_unsupported):
+    if not isinstance(on_unsupported, str) or on_unsupported not in ON_UNSUPPORTED:
+        raise ValueError(
+            f"on_unsupported must be one of {ON_UNSUPPORTED}; got "
+            f"{_validate.show(on_unsupported)}. Pass 'warn' to use "
+            f"steps_per_execution=1 with a KerasStepsWarning, or 'raise' for a ValueError."
+        )
+
+
 def _hits_keras_multi_step_bug(strategy):
     from compat_distribute import _tf
 
     # CollectiveAllReduceExtended (multi-worker) and the fake TPU's extended
-    # are MirroredExtended too. Keras' multi-step loop breaks with 2+ replicas,
-    # also with one replica in each of two workers.
+    # are MirroredExtended too. With 2+ replicas their all-reduce is a
+    # collective whose instance key is a call-time capture.
     return (
         isinstance(strategy.extended, _tf.MirroredExtended)
         and strategy.num_replicas_in_sync > 1
     )
 
 
-def steps_per_execution(strategy, *, on_unsupported="warn"):
-    """Keras' `steps_per_execution` for `strategy`: its `steps_per_run` (1 if it has none).
+def steps_per_execution(strategy, model=None, *, on_unsupported="warn"):
+    """Keras' `steps_per_execution` for `model` under `strategy`: its `steps_per_run`.
 
-    Where Keras cannot run several steps per execution on `strategy` (see the
-    module docstring), warns with `KerasStepsWarning` and returns 1, or raises
-    `ValueError` when `on_unsupported="raise"`.
+    1 when the strategy has no `steps_per_run`. Where Keras 3 cannot run several
+    steps per execution on `strategy` (see the module docstring) and
+    `multi_step_fix()` is not started, warns with `KerasStepsWarning` and
+    returns 1, or raises `ValueError` when `on_unsupported="raise"`. `model` is
+    needed only to tell Keras 2 from Keras 3 in that case.
     """
-    return _steps_per_execution(strategy, on_unsupported, stacklevel=3)
+    return _steps_per_execution(strategy, model, on_unsupported, stacklevel=3)
 
 
-def _steps_per_execution(strategy, on_unsupported, stacklevel):
-    if on_unsupported not in ON_UNSUPPORTED:
-        raise ValueError(f"on_unsupported must be one of {ON_UNSUPPORTED}; got {on_unsupported!r}.")
+def _steps_per_execution(strategy, model, on_unsupported, stacklevel):
+    _validate.strategy(strategy, hint="Pass the strategy whose scope builds the model.")
+    _check_on_unsupported(on_unsupported)
+    keras = None if model is None else keras_major_version(model)
+    # The shims check steps_per_run when built; other strategies have none.
     steps = getattr(strategy.extended, "steps_per_run", None) or 1
-    if steps == 1 or not _hits_keras_multi_step_bug(strategy):
+    if steps == 1 or keras == 2 or not _hits_keras_multi_step_bug(strategy):
+        return steps
+    if keras is None:
+        raise TypeError(
+            f"steps_per_execution needs the model for steps_per_run={steps} on "
+            f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas: "
+            f"Keras 2 (tf-keras) runs {steps} steps per execution there, Keras 3 "
+            f"cannot ({KERAS_ISSUE}). Pass it: keras_compile_kwargs(strategy, model)."
+        )
+    if multi_step_fix_started():
         return steps
     message = (
         f"steps_per_run={steps} cannot become Keras' steps_per_execution on "
@@ -66,19 +123,130 @@ def _steps_per_execution(strategy, on_unsupported, stacklevel):
         f"tensor' when steps_per_execution > 1 on a MirroredStrategy-based strategy "
         f"with 2 or more replicas ({KERAS_ISSUE})."
     )
+    remedy = (
+        f" To keep steps_per_execution={steps}, start "
+        f"compat_distribute.keras.multi_step_fix() before this call and keep it "
+        f"started through fit(), or use Keras 2 (pip install "
+        f"compat_distribute[legacy], TF_USE_LEGACY_KERAS=1)."
+    )
     if on_unsupported == "raise":
         raise ValueError(
-            message + " Compile with steps_per_execution=1, or build the strategy with "
-            "steps_per_run=1."
+            message + remedy + " Or compile with steps_per_execution=1, or build the "
+            "strategy with steps_per_run=1."
         )
     warnings.warn(
-        message + " Using steps_per_execution=1: the same training, one step per call.",
+        message + " Using steps_per_execution=1: the same training, one step per call."
+        + remedy,
         KerasStepsWarning,
         stacklevel=stacklevel,  # the caller's line
     )
     return 1
 
 
-def keras_compile_kwargs(strategy, *, on_unsupported="warn"):
-    """`{"steps_per_execution": steps_per_execution(strategy)}`, for `model.compile`."""
-    return {"steps_per_execution": _steps_per_execution(strategy, on_unsupported, stacklevel=3)}
+def keras_compile_kwargs(strategy, model=None, *, on_unsupported="warn"):
+    """`{"steps_per_execution": steps_per_execution(strategy, model)}`, for `model.compile`."""
+    return {
+        "steps_per_execution": _steps_per_execution(
+            strategy, model, on_unsupported, stacklevel=3
+        )
+    }
+
+
+# --- The fix for keras-team/keras#19246 -------------------------------------
+#
+# A collective all-reduce traced in a tf.function takes its instance key as a
+# call-time capture (FuncGraph.capture_call_time_value): a placeholder fed with
+# a fresh key each time the function is called. When that function is called
+# inside another function's graph, the capture is re-taken in the caller's
+# graph. Keras 3 calls its one-step tf.function inside a tf.cond in a
+# tf.while_loop; tf.while_loop passes call-time captures of its body on, but
+# tf.cond drops those of its branches, so the key's placeholder is never fed.
+# TensorFlow's collective launcher already steps out of control-flow graphs for
+# its own capture; the fix does the same for the re-taken one.
+
+_fix_lock = threading.Lock()
+_fix_state = {"starts": 0, "original": None}
+
+
+def _capture_outside_control_flow(original):
+    @functools.wraps(original)
+    def capture_call_time_value(self, closure, spec, key=None, default_value=None,
+                                placeholder=None):
+        graph = self
+        # A given placeholder (SavedModel loading) belongs to this graph: keep it.
+        while (
+            placeholder is None
+            and getattr(graph, "is_control_flow_graph", False)
+            and getattr(graph.outer_graph, "building_function", False)
+        ):
+            graph = graph.outer_graph
+        if graph is self:
+            return original(self, closure, spec, key, default_value, placeholder)
+        # The control-flow graph captures the returned placeholder by value,
+        # as it captures any tensor of an enclosing graph.
+        with graph.as_default():
+            return original(graph, closure, spec, key, default_value, placeholder)
+
+    return capture_call_time_value
+
+
+class MultiStepFix:
+    """Lets Keras 3 run `steps_per_execution > 1` on 2+ replicas; start() / stop().
+
+    While started, a call-time capture taken inside a `tf.cond` or
+    `tf.while_loop` branch is taken in the enclosing function's graph instead
+    (TensorFlow's `FuncGraph.capture_call_time_value`), so the collective
+    instance keys of Keras 3's one-step function are fed. Starts nest: the
+    last `stop()` restores TensorFlow's method. It must be started while Keras
+    traces its train and test functions (the first `fit` / `evaluate`).
+    Also a context manager.
+    """
+
+    def __init__(self):
+        self._started = False
+
+    @property
+    def started(self):
+        return self._started
+
+    def start(self):
+        if self._started:
+            raise RuntimeError("this MultiStepFix is already started; stop() it first.")
+        from compat_distribute import _tf
+
+        with _fix_lock:
+            if _fix_state["starts"] == 0:
+                original = _tf.FuncGraph.capture_call_time_value
+                _fix_state["original"] = original
+                _tf.FuncGraph.capture_call_time_value = _capture_outside_control_flow(original)
+            _fix_state["starts"] += 1
+        self._started = True
+        return self
+
+    def stop(self):
+        if not self._started:
+            return
+        from compat_distribute import _tf
+
+        with _fix_lock:
+            _fix_state["starts"] -= 1
+            if _fix_state["starts"] == 0:
+                _tf.FuncGraph.capture_call_time_value = _fix_state["original"]
+                _fix_state["original"] = None
+        self._started = False
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc_info):
+        self.stop()
+
+
+def multi_step_fix():
+    """A `MultiStepFix`, not yet started: `with multi_step_fix(): model.fit(...)`."""
+    return MultiStepFix()
+
+
+def multi_step_fix_started():
+    """Whether a `MultiStepFix` is started in this process."""
+    return _fix_state["starts"] > 0

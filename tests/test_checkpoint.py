@@ -176,10 +176,43 @@ def test_checkpoint_dir_is_the_path_without_workers(tmp_path):
     with cd_checkpoint.checkpoint_dir(strategy, str(tmp_path)) as directory:
         assert directory == str(tmp_path)
     assert tmp_path.is_dir()  # the real path is never deleted
-    with pytest.raises(
-        TypeError, match=r"path must be a directory name \(str or os.PathLike\); got 3 \(int\)"
-    ):
-        cd_checkpoint.checkpoint_dir_for(strategy, 3)
+
+
+PATH_ACCEPTED = (
+    "path must be a directory name (a non-empty str or os.PathLike); got {}. Pass the "
+    "checkpoint directory, e.g. '/tmp/ckpts/run1'; on workers other than the chief a "
+    "temporary directory is returned instead."
+)
+NOT_A_STRATEGY = (
+    "strategy must be a tf.distribute.Strategy (for example "
+    "compat_distribute.TPUStrategy(...), or tf.distribute.get_strategy() outside any "
+    "strategy's scope); got {}. Pass the strategy that saves the checkpoint."
+)
+
+
+@pytest.mark.parametrize(
+    "call, error, text",
+    [
+        (lambda s, p: cd_checkpoint.checkpoint_dir_for(None, p), TypeError,
+         NOT_A_STRATEGY.format("None (NoneType)")),
+        (lambda s, p: cd_checkpoint.checkpoint_dir_for("worker", p), TypeError,
+         NOT_A_STRATEGY.format("'worker' (str)")),
+        (lambda s, p: cd_checkpoint.is_chief(None), TypeError,
+         NOT_A_STRATEGY.format("None (NoneType)")),
+        (lambda s, p: cd_checkpoint.checkpoint_dir_for(s, 3), TypeError,
+         PATH_ACCEPTED.format("3 (int)")),
+        (lambda s, p: cd_checkpoint.checkpoint_dir_for(s, None), TypeError,
+         PATH_ACCEPTED.format("None (NoneType)")),
+        (lambda s, p: cd_checkpoint.checkpoint_dir_for(s, ""), ValueError,
+         PATH_ACCEPTED.format("'' (str)")),
+    ],
+    ids=["strategy-none", "strategy-str", "is-chief-none", "path-int", "path-none", "path-empty"],
+)
+def test_bad_arguments_are_named(call, error, text, tmp_path):
+    strategy = compat_distribute.MultiWorkerMirroredStrategy()
+    with pytest.raises(error) as raised:
+        call(strategy, tmp_path)
+    assert str(raised.value) == text
 
 
 def save_in_worker(path):

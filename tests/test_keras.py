@@ -1,11 +1,17 @@
-"""Keras 3 compile/fit/evaluate under the shims matches training on one device.
+"""Keras compile/fit/evaluate under the shims matches training on one device.
 
 The same seeded model is trained on the same batches (no shuffling) with and
 without a strategy; a strategy splits each global batch across replicas and
 all-reduces the gradients, so the weights must agree to float32 round-off.
+Keras 3 runs in this process; Keras 2 (tf-keras, `tf.keras` under
+`TF_USE_LEGACY_KERAS=1`) in a subprocess and in cluster workers, since the
+variable must be set before TensorFlow first imports Keras. Both Kerases build
+the same initial weights from the same seeds, so one reference serves both.
 """
 
 import contextlib
+import json
+import os
 import warnings
 
 import numpy as np
@@ -21,6 +27,7 @@ keras = pytest.importorskip("keras")
 
 BATCH = 16
 EPOCHS = 3
+LEGACY_KERAS = {"TF_USE_LEGACY_KERAS": "1"}
 
 
 def _data():
@@ -30,28 +37,39 @@ def _data():
     return x, y
 
 
-def train(strategy=None, steps_per_execution=1):
-    """Builds, fits and evaluates the model; returns (weights, epoch losses, eval loss)."""
+def train(strategy=None, steps_per_execution=1, *, keras_module=None):
+    """Builds, fits and evaluates the model; returns (weights, epoch losses, eval loss).
+
+    `steps_per_execution` is an int, or a function of the built model giving
+    the keyword arguments of `compile` (to ask the helper, which needs the
+    model). `keras_module` is Keras 3 unless given (`tf.keras` for Keras 2).
+    """
+    k = keras_module or keras
     x, y = _data()
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope:
-        model = keras.Sequential(
+        model = k.Sequential(
             [
-                keras.Input((4,)),
-                keras.layers.Dense(
-                    8, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
+                k.Input((4,)),
+                k.layers.Dense(
+                    8, activation="tanh", kernel_initializer=k.initializers.GlorotUniform(1)
                 ),
-                keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2)),
+                k.layers.Dense(1, kernel_initializer=k.initializers.GlorotUniform(2)),
             ]
         )
-        model.compile(
-            optimizer=keras.optimizers.SGD(0.05),
-            loss="mse",
-            steps_per_execution=steps_per_execution,
-        )
+        if callable(steps_per_execution):
+            compile_kwargs = steps_per_execution(model)
+        else:
+            compile_kwargs = {"steps_per_execution": steps_per_execution}
+        model.compile(optimizer=k.optimizers.SGD(0.05), loss="mse", **compile_kwargs)
     history = model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
     evaluated = model.evaluate(x, y, batch_size=BATCH, verbose=0)
     return [np.asarray(w) for w in model.get_weights()], history.history["loss"], evaluated
+
+
+def helper_kwargs(strategy, **kwargs):
+    """The `compile` kwargs `keras_compile_kwargs` gives for the model being built."""
+    return lambda model: cd_keras.keras_compile_kwargs(strategy, model, **kwargs)
 
 
 @pytest.fixture(scope="module", name="reference")
@@ -80,26 +98,28 @@ def test_reference_training_learns(reference):
 def test_fit_on_fake_tpu_matches_one_device(reference):
     strategy = compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver("v3-8"))
     assert strategy.num_replicas_in_sync == 8
-    assert_matches(train(strategy, cd_keras.steps_per_execution(strategy)), reference)
+    assert cd_keras.steps_per_execution(strategy) == 1
+    assert_matches(train(strategy, helper_kwargs(strategy)), reference)
 
 
 def test_fit_on_one_worker_multi_worker_shim_matches_one_device(reference):
     strategy = compat_distribute.MultiWorkerMirroredStrategy()
     assert strategy.num_replicas_in_sync == 1
-    assert_matches(train(strategy, **cd_keras.keras_compile_kwargs(strategy)), reference)
+    assert_matches(train(strategy, helper_kwargs(strategy)), reference)
 
 
 def test_steps_per_run_becomes_steps_per_execution_with_one_local_replica(reference):
-    # A one-core fake TPU: a MirroredStrategy of one replica, where Keras'
-    # multi-step loop works. Strict: Keras' train step compiles for a TPU (the
-    # dataset's unknown batch dimension is static on a TPU).
+    # A one-core fake TPU: a MirroredStrategy of one replica, which all-reduces
+    # without collectives, so Keras 3's multi-step loop works. Strict: Keras'
+    # train step compiles for a TPU (the dataset's unknown batch dimension is
+    # static on a TPU).
     strategy = compat_distribute.TPUStrategy(
         testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 1), strict=True), steps_per_run=4
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", cd_keras.KerasStepsWarning)
         assert cd_keras.keras_compile_kwargs(strategy) == {"steps_per_execution": 4}
-    assert_matches(train(strategy, 4), reference)
+        assert_matches(train(strategy, helper_kwargs(strategy)), reference)
 
 
 def test_no_strategy_and_strategies_without_steps_per_run_give_1():
@@ -108,22 +128,176 @@ def test_no_strategy_and_strategies_without_steps_per_run_give_1():
     assert cd_keras.steps_per_execution(two, on_unsupported="raise") == 1
 
 
+def test_keras_is_read_from_the_model():
+    assert cd_keras.keras_major_version(keras.Sequential([keras.Input((1,))])) == 3
+    inputs = keras.Input((2,))
+    assert cd_keras.keras_major_version(keras.Model(inputs, keras.layers.Dense(1)(inputs))) == 3
+
+    class Subclassed(keras.Model):
+        def call(self, x):
+            return x
+
+    assert cd_keras.keras_major_version(Subclassed()) == 3
+
+
+# The model as Keras 2 sees it: tf.keras is tf-keras under TF_USE_LEGACY_KERAS=1.
+KERAS_2_ON_FAKE_TPU = """
+    import json, warnings
+    import tensorflow as tf
+    from compat_distribute.testing import set_virtual_devices
+    set_virtual_devices(8)
+    import compat_distribute
+    from compat_distribute import keras as cd_keras, testing
+    import test_keras
+
+    warnings.simplefilter("error", cd_keras.KerasStepsWarning)
+    strategy = compat_distribute.TPUStrategy(
+        testing.FakeTPUClusterResolver("v3-8"), steps_per_run=4)
+    seen = {}
+
+    def compile_kwargs(model):
+        seen["keras"] = cd_keras.keras_major_version(model)
+        seen["module"] = type(model).__module__.split(".")[0]
+        seen["kwargs"] = cd_keras.keras_compile_kwargs(strategy, model)
+        return seen["kwargs"]
+
+    weights, losses, evaluated = test_keras.train(
+        strategy, compile_kwargs, keras_module=tf.keras)
+    print(json.dumps(dict(seen, replicas=strategy.num_replicas_in_sync,
+                          weights=[w.tolist() for w in weights],
+                          losses=losses, evaluated=evaluated)))
+"""
+
+
+def _from_json(result):
+    return (
+        [np.asarray(w, np.float32) for w in result["weights"]],
+        result["losses"],
+        result["evaluated"],
+    )
+
+
+def test_tf_keras_runs_steps_per_run_on_fake_tpu(reference, run_python):
+    # Keras 2 runs its multi-step loop without a nested tf.function: N steps
+    # per execution work on 8 replicas, so the helper passes steps_per_run on.
+    python_path = os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])
+    result = run_python(
+        KERAS_2_ON_FAKE_TPU, timeout=300, env=dict(LEGACY_KERAS, PYTHONPATH=python_path)
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["keras"] == 2
+    assert out["module"] == "tf_keras"
+    assert out["kwargs"] == {"steps_per_execution": 4}
+    assert out["replicas"] == 8
+    assert_matches(_from_json(out), reference)
+
+
 def test_keras_multi_step_bug_is_real():
     # keras-team/keras#19246, reproduced: the case the helper steers around.
-    # If this starts passing, Keras fixed it and the helper can pass N through.
+    # If this starts passing, Keras or TensorFlow fixed it.
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    assert not cd_keras.multi_step_fix_started()
     with pytest.raises(
         tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"
     ):
         train(strategy, steps_per_execution=2)
 
 
-def test_helper_warns_and_uses_1_where_keras_would_fail(reference):
+def all_reduce_step(strategy):
+    """A tf.function whose one replica step all-reduces 1.0 (a collective on 2 replicas)."""
+
+    @tf.function
+    def step():
+        def replica_fn():
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0))
+
+        return strategy.experimental_local_results(strategy.run(replica_fn))[0]
+
+    return step
+
+
+def test_root_cause_is_tf_cond_dropping_call_time_captures():
+    # The bug without Keras: a tf.function that all-reduces, called inside
+    # tf.cond in another tf.function. The all-reduce's instance key is a
+    # call-time capture; tf.cond drops it, tf.while_loop passes it on.
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    step = all_reduce_step(strategy)
+
+    @tf.function
+    def in_cond():
+        return tf.cond(tf.constant(True), step, lambda: tf.constant(0.0))
+
+    @tf.function
+    def in_while():
+        return tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v + step()), (0, 0.0))[1]
+
+    assert float(in_while()) == 6.0  # 3 iterations of 2 replicas' 1.0
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"
+    ):
+        in_cond()
+    with cd_keras.multi_step_fix():
+        fixed_step = all_reduce_step(strategy)  # traced anew, with the fix
+
+        @tf.function
+        def in_cond_fixed():
+            return tf.cond(tf.constant(True), fixed_step, lambda: tf.constant(0.0))
+
+        assert float(in_cond_fixed()) == 2.0
+        assert float(in_cond_fixed()) == 2.0  # a fresh instance key per call
+
+
+def test_multi_step_fix_keeps_steps_per_run_with_the_loss_of_one_step(reference):
+    # Two cores: the smallest fake TPU with the bug (8 only take longer to trace).
+    strategy = compat_distribute.TPUStrategy(
+        testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 2)), steps_per_run=4
+    )
+    assert strategy.num_replicas_in_sync == 2
+    one_step = train(strategy, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cd_keras.KerasStepsWarning)
+        with cd_keras.multi_step_fix():
+            assert cd_keras.keras_compile_kwargs(strategy, keras.Sequential()) == {
+                "steps_per_execution": 4
+            }
+            four_steps = train(strategy, helper_kwargs(strategy))
+    # 4 batches an epoch: one execution of 4 steps gives the losses and weights
+    # of 4 executions of one step.
+    np.testing.assert_allclose(four_steps[1], one_step[1], rtol=1e-6)
+    np.testing.assert_allclose(four_steps[2], one_step[2], rtol=1e-6)
+    for got, want in zip(four_steps[0], one_step[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert_matches(four_steps, reference)
+
+
+def test_multi_step_fix_starts_nest_and_restore_tensorflow():
+    from compat_distribute import _tf
+
+    original = _tf.FuncGraph.capture_call_time_value
+    outer = cd_keras.multi_step_fix().start()
+    inner = cd_keras.multi_step_fix()
+    with inner:
+        assert cd_keras.multi_step_fix_started()
+        patched = _tf.FuncGraph.capture_call_time_value
+        assert patched is not original
+        with pytest.raises(RuntimeError) as raised:
+            inner.start()
+        assert str(raised.value) == "this MultiStepFix is already started; stop() it first."
+    assert _tf.FuncGraph.capture_call_time_value is patched  # outer still started
+    outer.stop()
+    outer.stop()  # stopping twice is a no-op
+    assert not cd_keras.multi_step_fix_started()
+    assert _tf.FuncGraph.capture_call_time_value is original
+
+
+def test_helper_warns_and_uses_1_where_keras_3_would_fail(reference):
     strategy = compat_distribute.TPUStrategy(
         testing.FakeTPUClusterResolver("v3-8"), steps_per_run=4
     )
     with pytest.warns(cd_keras.KerasStepsWarning) as record:
-        kwargs = cd_keras.keras_compile_kwargs(strategy)
+        kwargs = cd_keras.keras_compile_kwargs(strategy, keras.Sequential())
     assert kwargs == {"steps_per_execution": 1}
     assert str(record[0].message) == (
         "steps_per_run=4 cannot become Keras' steps_per_execution on FakeTPUStrategy "
@@ -131,41 +305,116 @@ def test_helper_warns_and_uses_1_where_keras_would_fail(reference):
         "value for placeholder tensor' when steps_per_execution > 1 on a "
         "MirroredStrategy-based strategy with 2 or more replicas "
         "(keras-team/keras#19246). Using steps_per_execution=1: the same training, one "
-        "step per call."
+        "step per call. To keep steps_per_execution=4, start "
+        "compat_distribute.keras.multi_step_fix() before this call and keep it started "
+        "through fit(), or use Keras 2 (pip install compat_distribute[legacy], "
+        "TF_USE_LEGACY_KERAS=1)."
     )
     assert record[0].filename == __file__
-    assert_matches(train(strategy, **kwargs), reference)
+    assert_matches(train(strategy, 1), reference)
 
 
 def test_helper_raises_when_asked():
     strategy = compat_distribute.TPUStrategy(
         testing.FakeTPUClusterResolver("v3-8"), steps_per_run=3
     )
-    with pytest.raises(
-        ValueError,
-        match=r"steps_per_run=3 cannot become .* Compile with "
-        r"steps_per_execution=1, or build the strategy with steps_per_run=1\.$",
-    ):
-        cd_keras.steps_per_execution(strategy, on_unsupported="raise")
-    with pytest.raises(
-        ValueError, match=r"on_unsupported must be one of \('warn', 'raise'\); got 'ignore'"
-    ):
-        cd_keras.steps_per_execution(strategy, on_unsupported="ignore")
+    with pytest.raises(ValueError) as raised:
+        cd_keras.steps_per_execution(strategy, keras.Sequential(), on_unsupported="raise")
+    assert str(raised.value).startswith("steps_per_run=3 cannot become Keras' ")
+    assert str(raised.value).endswith(
+        "TF_USE_LEGACY_KERAS=1). Or compile with steps_per_execution=1, or build the "
+        "strategy with steps_per_run=1."
+    )
 
 
-def fit_in_worker():
-    """Runs in each worker of a local cluster."""
+NOT_A_STRATEGY = (
+    "strategy must be a tf.distribute.Strategy (for example "
+    "compat_distribute.TPUStrategy(...), or tf.distribute.get_strategy() outside any "
+    "strategy's scope); got {}. Pass the strategy whose scope builds the model."
+)
+BAD_ON_UNSUPPORTED = (
+    "on_unsupported must be one of ('warn', 'raise'); got {}. Pass 'warn' to use "
+    "steps_per_execution=1 with a KerasStepsWarning, or 'raise' for a ValueError."
+)
+NOT_A_MODEL = (
+    "model must be a Keras model (keras.Model, or tf_keras.Model for Keras 2); got {}. "
+    "Pass the model you compile: keras_compile_kwargs(strategy, model)."
+)
+
+
+@pytest.fixture(scope="module", name="fake_tpu_4_steps")
+def fake_tpu_4_steps_fixture():
+    return compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver("v3-8"), steps_per_run=4)
+
+
+@pytest.mark.parametrize(
+    "call, error, text",
+    [
+        (lambda s: cd_keras.steps_per_execution("abc"), TypeError,
+         NOT_A_STRATEGY.format("'abc' (str)")),
+        (lambda s: cd_keras.keras_compile_kwargs(None), TypeError,
+         NOT_A_STRATEGY.format("None (NoneType)")),
+        (lambda s: cd_keras.steps_per_execution(s, on_unsupported="ignore"), ValueError,
+         BAD_ON_UNSUPPORTED.format("'ignore' (str)")),
+        (lambda s: cd_keras.steps_per_execution(s, on_unsupported=None), ValueError,
+         BAD_ON_UNSUPPORTED.format("None (NoneType)")),
+        (lambda s: cd_keras.steps_per_execution(s, "abc"), TypeError,
+         NOT_A_MODEL.format("'abc' (str)")),
+        (lambda s: cd_keras.keras_major_version(3), TypeError,
+         NOT_A_MODEL.format("3 (int)")),
+        (lambda s: cd_keras.keras_compile_kwargs(s), TypeError,
+         "steps_per_execution needs the model for steps_per_run=4 on FakeTPUStrategy with 8 "
+         "replicas: Keras 2 (tf-keras) runs 4 steps per execution there, Keras 3 cannot "
+         "(keras-team/keras#19246). Pass it: keras_compile_kwargs(strategy, model)."),
+    ],
+    ids=["strategy-str", "strategy-none", "on-unsupported-ignore", "on-unsupported-none",
+         "model-str", "model-int", "model-missing"],
+)
+def test_bad_arguments_are_named_before_anything_happens(call, error, text, fake_tpu_4_steps):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no KerasStepsWarning before the error
+        with pytest.raises(error) as raised:
+            call(fake_tpu_4_steps)
+    assert str(raised.value) == text
+
+
+def fit_in_worker(keras_version, steps, fix):
+    """Runs in each worker of a local cluster (TF_USE_LEGACY_KERAS=1: tf.keras is Keras 2).
+
+    The shim has no steps_per_run, so the helper says 1; `steps` is compiled in
+    to run the multi-step loop on 2 workers.
+    """
     strategy = cluster.worker_strategy(compat_distribute.MultiWorkerMirroredStrategy)
-    weights, losses, evaluated = train(strategy, **cd_keras.keras_compile_kwargs(strategy))
-    return strategy.num_replicas_in_sync, weights, losses, evaluated
+    keras_module = keras if keras_version == 3 else tf.keras
+    seen = []
+
+    def compile_kwargs(model):
+        seen.append(cd_keras.keras_major_version(model))
+        assert cd_keras.keras_compile_kwargs(strategy, model) == {"steps_per_execution": 1}
+        return {"steps_per_execution": steps}
+
+    with cd_keras.multi_step_fix() if fix else contextlib.nullcontext():
+        result = train(strategy, compile_kwargs, keras_module=keras_module)
+    return seen, strategy.num_replicas_in_sync, result
+
+
+@pytest.fixture(scope="module", name="two_workers")
+def two_workers_fixture():
+    with cluster.local_cluster(num_workers=2, timeout=240, env=LEGACY_KERAS) as workers:
+        yield workers
 
 
 @pytest.mark.multi_worker
-def test_fit_on_two_workers_matches_one_device(reference):
+@pytest.mark.parametrize(
+    "keras_version, steps, fix",
+    [(3, 1, False), (3, 4, True), (2, 4, False)],
+    ids=["keras3", "keras3-4-steps-fixed", "tf-keras-4-steps"],
+)
+def test_fit_on_two_workers_matches_one_device(two_workers, reference, keras_version, steps, fix):
     # Each worker sees half of each global batch (Keras shards the data).
-    with cluster.local_cluster(num_workers=2, timeout=180) as workers:
-        results = workers.run(fit_in_worker)
+    results = two_workers.run(fit_in_worker, keras_version, steps, fix)
     assert len(results) == 2
-    for replicas, *result in results:
+    for seen, replicas, result in results:
+        assert seen == [keras_version]
         assert replicas == 2
-        assert_matches(tuple(result), reference)
+        assert_matches(result, reference)

@@ -1,0 +1,182 @@
+"""TF 1.14 Keras `model.fit` on a TPU strategy in graph mode, run unchanged.
+
+Stands for the programs TF 1.14 Keras ran through its distributed graph path
+(`tensorflow/python/keras/engine/training_distributed.py`, reached from
+`model.fit` under `tf.compat.v1` graph mode with a distribution strategy), as
+in the TF 1.14 "Keras on TPU" set-up: resolve and initialise the TPU, build
+and compile the model under the strategy's scope with a `tf.train` optimizer
+(TF 1.12-1.13's Keras TPU path required one), fit on a `tf.data` pipeline of
+static batch shape with `steps_per_epoch`.
+
+`PROGRAM` is that code under TF 2.21's spellings (`tf.compat.v1.` where TF 1.14
+wrote `tf.`). It runs in a subprocess, after `compat_distribute.install()` and
+inside `fake_tpu()`, with `TF_USE_LEGACY_KERAS=1`: `tf.keras` is then Keras 2
+(tf-keras, the `legacy` extra), whose V1 training loop still runs in graph
+mode. Keras 3 has no graph mode at all; `test_keras_3_cannot_fit_in_graph_mode`
+shows that with the same program.
+"""
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+PROGRAM = textwrap.dedent(
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    tf.compat.v1.disable_v2_behavior()
+
+    STEPS_PER_EPOCH = 8
+    EPOCHS = 3
+    GLOBAL_BATCH = 32
+
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    strategy = tf.compat.v1.distribute.experimental.TPUStrategy(resolver, steps_per_run=4)
+
+
+    def input_fn():
+        rng = np.random.RandomState(0)
+        features = rng.randn(256, 4).astype("float32")
+        labels = features @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32") + 1.0
+        dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+        # A TPU needs static shapes: drop the last partial batch.
+        return dataset.repeat().batch(GLOBAL_BATCH, drop_remainder=True)
+
+
+    class StepCounter(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.steps = 0
+
+        def on_batch_end(self, batch, logs=None):
+            self.steps += 1
+
+
+    with strategy.scope():
+        model = tf.keras.Sequential([
+            tf.keras.layers.Dense(8, activation="tanh", input_shape=(4,),
+                                  kernel_initializer=tf.keras.initializers.glorot_uniform(1)),
+            tf.keras.layers.Dense(1, kernel_initializer=tf.keras.initializers.glorot_uniform(2)),
+        ])
+        model.compile(optimizer=tf.compat.v1.train.GradientDescentOptimizer(0.05), loss="mse")
+
+    counter = StepCounter()
+    history = model.fit(input_fn(), epochs=EPOCHS, steps_per_epoch=STEPS_PER_EPOCH,
+                        callbacks=[counter], verbose=0)
+    """
+)
+
+# Runs PROGRAM as it is, then reports what it left behind.
+HARNESS = """
+    import json, sys
+    import compat_distribute
+    from compat_distribute import testing
+
+    compat_distribute.install()
+    with testing.fake_tpu(**{fake!r}):
+        program = {{"__name__": "__main__"}}
+        exec(compile({program!r}, "keras_graph_fit_program", "exec"), program)
+        tf = program["tf"]
+        print(json.dumps({{
+            "keras": type(program["model"]).__module__.split(".")[0],
+            "executing_eagerly": tf.executing_eagerly(),
+            "fake_tpu": isinstance(program["strategy"], testing.FakeTPUStrategy),
+            "replicas": program["strategy"].num_replicas_in_sync,
+            "steps": program["counter"].steps,
+            "losses": program["history"].history["loss"],
+        }}))
+"""
+
+V3_8 = {"topology": "v3-8"}
+ONE_CORE = {"mesh_shape": (1, 1, 1, 1)}
+
+
+def run_program(run_python, fake, env):
+    code = HARNESS.format(fake=fake, program=PROGRAM)
+    return run_python(code, timeout=300, env=env)
+
+
+def report(result):
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module", name="runs")
+def runs_fixture():
+    from conftest import run_python  # pylint: disable=import-outside-toplevel
+
+    legacy = {"TF_USE_LEGACY_KERAS": "1"}
+    return {
+        "fake v3-8": report(run_program(run_python, V3_8, legacy)),
+        "one core": report(run_program(run_python, ONE_CORE, legacy)),
+    }
+
+
+def test_fit_runs_every_step_in_graph_mode_on_the_fake_tpu(runs):
+    run = runs["fake v3-8"]
+    assert run["keras"] == "tf_keras"
+    assert run["executing_eagerly"] is False
+    assert run["fake_tpu"] is True
+    assert run["replicas"] == 8
+    assert run["steps"] == 3 * 8  # EPOCHS * STEPS_PER_EPOCH
+    losses = run["losses"]
+    assert len(losses) == 3
+    assert losses[0] > losses[1] > losses[2]
+    assert losses[2] < 0.2 * losses[0]
+
+
+def test_eight_replicas_train_as_one(runs):
+    # Each global batch of 32 is split 8 ways and the gradients all-reduced:
+    # the epoch losses equal those of one core to float32 round-off.
+    assert runs["one core"]["replicas"] == 1
+    assert runs["one core"]["steps"] == 24
+    np.testing.assert_allclose(runs["fake v3-8"]["losses"], runs["one core"]["losses"], rtol=1e-5)
+
+
+def test_keras_3_cannot_fit_in_graph_mode(run_python):
+    # Without TF_USE_LEGACY_KERAS, tf.keras is Keras 3. It takes no tf.train
+    # optimizer, and with its own optimizer it still has no graph mode: fit()
+    # asks the symbolic dataset cardinality for a Python int.
+    keras_3 = {"TF_USE_LEGACY_KERAS": "0"}
+    as_written = run_program(run_python, V3_8, keras_3)
+    assert as_written.returncode == 1
+    assert as_written.stderr.rstrip().splitlines()[-1].startswith(
+        "ValueError: Could not interpret optimizer identifier: "
+        "<tensorflow.python.training.gradient_descent.GradientDescentOptimizer object"
+    )
+    keras_optimizer = PROGRAM.replace(
+        "tf.compat.v1.train.GradientDescentOptimizer(0.05)", "tf.keras.optimizers.SGD(0.05)"
+    )
+    assert keras_optimizer != PROGRAM
+    result = run_python(
+        HARNESS.format(fake=V3_8, program=keras_optimizer), timeout=300, env=keras_3
+    )
+    assert result.returncode == 1
+    assert result.stderr.rstrip().splitlines()[-1] == (
+        "TypeError: int() argument must be a string, a bytes-like object or a real "
+        "number, not 'SymbolicTensor'"
+    )
+
+
+def test_tf_keras_optimizer_objects_need_eager(run_python):
+    # tf-keras 2.21's tf.keras.optimizers.SGD is its new optimizer, which reads
+    # its hyperparameters with numpy(): in graph mode compile() fails. TF 1.14's
+    # tf.keras.optimizers.SGD is tf-keras' tf.keras.optimizers.legacy.SGD; the
+    # string "sgd" and tf.compat.v1.train optimizers work as they did.
+    keras_optimizer = PROGRAM.replace(
+        "tf.compat.v1.train.GradientDescentOptimizer(0.05)", "tf.keras.optimizers.SGD(0.05)"
+    )
+    result = run_python(
+        HARNESS.format(fake=V3_8, program=keras_optimizer),
+        timeout=300,
+        env={"TF_USE_LEGACY_KERAS": "1"},
+    )
+    assert result.returncode == 1
+    assert result.stderr.rstrip().splitlines()[-1] == (
+        "NotImplementedError: DistributedVariable.numpy() is only available when eager "
+        "execution is enabled."
+    )
