@@ -129,15 +129,17 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         """
         if not self.extended.strict:
             return
+        from compat_distribute.testing.xla_check import check as xla_check  # pylint: disable=g-import-not-at-top
+
+        if xla_check.tracing():  # The check's own trace of a step: checked by the caller.
+            return
         key = _steps._fn_key(fn)  # pylint: disable=protected-access
         try:
             if key in self._checked_keys:
                 return
-            self._checked_keys.add(key)  # The nested run inside the check finds it.
+            self._checked_keys.add(key)
         except TypeError:  # unhashable callable: check every time.
             key = None
-        from compat_distribute.testing import xla_check  # pylint: disable=g-import-not-at-top
-
         # Traced as strategy.run would trace it, inside the caller's trace, so
         # distributed arguments are captured as they are.
         try:

@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import tensorflow as tf
 
 from compat_distribute.testing.xla_check import compiling, errors
 from compat_distribute.testing.xla_check.report import TPUCompatibilityReport
 from compat_distribute.testing.xla_check.walker import Walker
+
+
+_TRACING = threading.local()
+
+
+def tracing():
+    """True while this thread traces a step for a check.
+
+    A strict fake TPU's `run` asks, so the check's own trace of a step is not
+    checked again from inside (and cannot raise there).
+    """
+    return getattr(_TRACING, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def _tracing():
+    _TRACING.depth = getattr(_TRACING, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _TRACING.depth -= 1
 
 
 def _as_graph(graph_or_function):
@@ -113,20 +137,22 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibility
     step, specs = _replica_step(fn, strategy, args, kwargs)
     name = getattr(fn, "__name__", type(fn).__name__)
 
-    try:
-        # Without autograph the ops keep the user's own frames (strategy.run
-        # would otherwise run autograph's generated copy of `fn`, and the
-        # source line is lost). Steps that need autograph are traced with it.
-        concrete = tf.function(step, autograph=False).get_concrete_function(*specs)
-    except Exception:  # pylint: disable=broad-except
-        concrete = tf.function(step).get_concrete_function(*specs)
+    with _tracing():
+        try:
+            # Without autograph the ops keep the user's own frames (strategy.run
+            # would otherwise run autograph's generated copy of `fn`, and the
+            # source line is lost). Steps that need autograph are traced with it.
+            concrete = tf.function(step, autograph=False).get_concrete_function(*specs)
+        except Exception:  # pylint: disable=broad-except
+            concrete = tf.function(step).get_concrete_function(*specs)
     walker = Walker()
     walker.walk_graph(concrete.graph)
 
     if strategy is None or strategy.num_replicas_in_sync == 1:
         # A TPU step always sees static shapes (TPUStrategy's input pipeline pads
         # or drops the partial batch), so unknown dimensions compile as 1.
-        message = compiling.compile_hlo(tf.function(step, jit_compile=True), _static(specs), {})
+        with _tracing():
+            message = compiling.compile_hlo(tf.function(step, jit_compile=True), _static(specs), {})
         compiled = message is None
         if message is not None:
             compiling.explain_compile_failure(walker, message, concrete.graph.name)
