@@ -6,7 +6,8 @@ import warnings
 import pytest
 import tensorflow as tf
 
-from compat_distribute.testing import xla_check
+import compat_distribute
+from compat_distribute.testing import FakeTPUClusterResolver, xla_check
 from compat_distribute.testing.xla_check import (
     TPUCompatibilityError,
     TPUPerformanceWarning,
@@ -342,3 +343,20 @@ def test_bad_arguments_are_refused_with_what_to_do():
         match=r"check_graph\(graph_or_function=\.\.\.\)" r".*received <function string_step",
     ):
         check_graph(string_step)
+
+
+def test_packed_variables_on_one_core_are_not_a_compile_problem():
+    # TPUStrategyV2 packs variables (one handle for every replica) even on one
+    # core; XLA on the CPU cannot compile such a handle outside TPU replication,
+    # so the step's ops are checked alone and the report says why.
+    one_core = compat_distribute.TPUStrategy(FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 1)))
+    with one_core.scope():
+        v = tf.Variable(2.0)
+
+    def step(x):
+        return v * x
+
+    report = check_tpu_compatible(step, tf.constant(3.0), strategy=one_core)
+    assert report.ok, str(report)
+    assert report.compiled is None
+    assert report.compile_message.startswith("not compiled as a whole: the step reads packed variables")

@@ -92,6 +92,11 @@ def _replica_step(fn, strategy, args, kwargs):
     return replica_step, specs
 
 
+def _captures_packed_variable(concrete):
+    # A packed handle lives on a COMPOSITE device; XLA on the CPU refuses it.
+    return any("COMPOSITE" in getattr(t, "device", "") for t in concrete.captured_inputs)
+
+
 def _static(specs):
     return [
         (
@@ -148,7 +153,8 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibility
     walker = Walker()
     walker.walk_graph(concrete.graph)
 
-    if strategy is None or strategy.num_replicas_in_sync == 1:
+    packed = _captures_packed_variable(concrete)
+    if (strategy is None or strategy.num_replicas_in_sync == 1) and not packed:
         # A TPU step always sees static shapes (TPUStrategy's input pipeline pads
         # or drops the partial batch), so unknown dimensions compile as 1.
         with _tracing():
@@ -159,7 +165,12 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibility
     else:
         message, compiled = None, None
     compiling.attach_messages(walker, message)
-    if compiled is None:
+    if compiled is None and packed:
+        note = (
+            "not compiled as a whole: the step reads packed variables (one handle for every "
+            "replica), which compile only inside TPU replication; each flagged op was compiled alone"
+        )
+    elif compiled is None:
         note = (
             f"not compiled as a whole: {strategy.num_replicas_in_sync} replicas span several "
             "devices; each flagged op was compiled alone"
