@@ -11,7 +11,7 @@ anything it spawned, and a Ctrl-C in the terminal reaches the parent alone),
 writes stdout and stderr to a log file, and gets its own TMPDIR inside the
 cluster's directory. It dies with its parent: by the parent-death signal on
 Linux (SIGKILL, which also ends a stopped task), and on every platform by a
-thread that exits when its parent changes.
+thread that ends the process once its parent is gone.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import tf_config
 
 # argv: fd of the socket, parent pid, 1 to set the parent-death signal, main's
-# module, then main's own arguments. Everything before the import of `main` is
-# standard library, so a task stuck in start-up can still dump its stack.
+# module, then main's own arguments. Nothing before `Alive` imports TensorFlow,
+# so a task stuck importing it can still dump its stack.
 BOOTSTRAP = """\
 import faulthandler, os, signal, sys, threading, time
 faulthandler.enable()
