@@ -2,7 +2,7 @@
 
 A task runs `python -c BOOTSTRAP`, which arms the SIGUSR1 stack dump, ties
 the process's life to its parent's, says `Alive`, and then runs the `main(argv,
-conn)` of the module named in its `TaskSpec`: `worker` for the tasks that serve
+conn)` named in its `TaskSpec`: `worker` for the tasks that serve
 `LocalCluster.run`, or any other main (a long-lived server, say) that speaks
 `protocol` on `conn`: `Ready` once set up, then serves until `Exit`.
 
@@ -28,8 +28,8 @@ from multiprocessing import connection as mp_connection
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import tf_config
 
-# argv: fd of the socket, parent pid, 1 to set the parent-death signal, main's
-# module, then main's own arguments. Nothing before `Alive` imports TensorFlow,
+# argv: fd of the socket, parent pid, 1 to set the parent-death signal, the
+# main ("module" or "module:function"), then main's own arguments. Nothing before `Alive` imports TensorFlow,
 # so a task stuck importing it can still dump its stack.
 BOOTSTRAP = """\
 import faulthandler, os, signal, sys, threading, time
@@ -53,7 +53,8 @@ from compat_distribute.testing.cluster import protocol
 conn = connection.Connection(int(fd))
 conn.send(protocol.Alive(os.getpid()))
 import importlib
-sys.exit(importlib.import_module(main).main(sys.argv[5:], conn))
+module, _, function = main.partition(":")
+sys.exit(getattr(importlib.import_module(module), function or "main")(sys.argv[5:], conn))
 """
 # The bootstrap's watchdog thread: in every stack dump, saying nothing.
 WATCHDOG_FRAME = "_exit_when_orphaned"
@@ -63,7 +64,8 @@ WATCHDOG_FRAME = "_exit_when_orphaned"
 class TaskSpec:
     """What to launch for one task.
 
-    main: module whose `main(argv, conn) -> exit status` runs in the task.
+    main: "module" whose `main(argv, conn) -> exit status` runs in the task,
+        or "module:function" for another function of that signature.
     argv: that main's arguments.
     env: the task's whole environment (TF_CONFIG included).
     """
