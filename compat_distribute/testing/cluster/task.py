@@ -23,9 +23,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing import connection as mp_connection
 
 from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import tf_config
 
 # argv: fd of the socket, parent pid, 1 to set the parent-death signal, the
@@ -50,6 +52,7 @@ threading.Thread(target=_exit_when_orphaned, args=(int(parent),), daemon=True).s
 os.set_inheritable(int(fd), False)
 from multiprocessing import connection
 from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster import report
 conn = connection.Connection(int(fd))
 conn.send(protocol.Alive(os.getpid()))
 import importlib
@@ -58,6 +61,10 @@ sys.exit(getattr(importlib.import_module(module), function or "main")(sys.argv[5
 """
 # The bootstrap's watchdog thread: in every stack dump, saying nothing.
 WATCHDOG_FRAME = "_exit_when_orphaned"
+# How long a stack dump (SIGUSR1) may take to appear in the tasks' logs.
+STACK_DUMP_WAIT_S = 2.0
+# How long a task asked to exit (or dying) may take before it is killed.
+EXIT_GRACE_S = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,3 +250,77 @@ def launch_all(specs, *, workdir, network, hooks):
             task.reap()
         raise
     return tasks
+
+
+# -- Groups of tasks: what a cluster (or a pod's hosts) does with its tasks ---
+
+
+def wait_ready(tasks, timeout):
+    """Waits until every task said Ready; raises the error naming the task that
+    died, failed or did not start within `timeout` seconds (with stacks)."""
+    deadline = time.monotonic() + timeout
+    while not all(t.ready for t in tasks):
+        waiting = [t for t in tasks if not t.ready]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            stacks = dump_stacks(tasks)
+            stopped = {t.name for t in tasks if t.stopped()}
+            raise report.start_timeout(timeout, tasks, waiting, stacks, stopped)
+        for conn in mp_connection.wait([t.conn for t in waiting], remaining):
+            task = next(t for t in waiting if t.conn is conn)
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                raise report.start_died(task, task.wait(EXIT_GRACE_S)) from None
+            if isinstance(message, protocol.Alive):
+                task.alive = True
+            elif isinstance(message, protocol.Ready):
+                task.ready = True
+            elif isinstance(message, protocol.StartupFailed):
+                raise report.start_failed(task, message.traceback)
+
+
+def dump_stacks(tasks):
+    """{task name: Python stacks} from the tasks that can dump them (SIGUSR1);
+    a stopped task cannot, and is left out."""
+    starts = {t.name: t.output_size() for t in tasks}
+    live = [t for t in tasks if not t.stopped() and t.request_stack_dump()]
+    # faulthandler writes from the signal handler, in one burst per task.
+    deadline = time.monotonic() + STACK_DUMP_WAIT_S
+    sizes = {}
+    while live and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = {t.name: t.output_size() for t in live}
+        if all(now[n] > starts[n] for n in now) and now == sizes:
+            break
+        sizes = now
+    return {
+        t.name: _drop_watchdog(t.output(starts[t.name])) or "(no dump: it did not answer SIGUSR1)"
+        for t in live
+    }
+
+
+def _drop_watchdog(dump):
+    threads = dump.strip().split("\n\n")
+    return "\n\n".join(t for t in threads if WATCHDOG_FRAME not in t)
+
+
+def stop_all(tasks, *, graceful):
+    """Stops `tasks`: asks them to exit first when `graceful`, then kills each
+    process group and reaps every process."""
+    if graceful:
+        for t in tasks:
+            t.ask_to_exit()
+        deadline = time.monotonic() + EXIT_GRACE_S
+        for t in tasks:
+            # Wait for the task to close its end, without reaping it: the
+            # process group id stays valid for the kill below.
+            try:
+                if t.conn.poll(max(0.0, deadline - time.monotonic())):
+                    t.conn.recv()
+            except (EOFError, OSError):
+                pass
+    for t in tasks:
+        t.kill()
+    for t in tasks:
+        t.reap()
