@@ -247,3 +247,16 @@ def return_a_lock():
     import threading
 
     return threading.Lock()
+
+
+def serve_until_exit(argv, conn):
+    """A task main other than the worker's (a long-lived server, say): says
+    Ready, writes its argv and $SERVER_MARK to its log, serves until Exit."""
+    from compat_distribute.testing.cluster import protocol
+
+    conn.send(protocol.Ready(os.getpid()))
+    print("serving", *argv, os.environ.get("SERVER_MARK"), flush=True)
+    while not isinstance(conn.recv(), protocol.Exit):
+        pass
+    print("exiting", flush=True)
+    return 7

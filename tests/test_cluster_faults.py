@@ -20,7 +20,7 @@ from compat_distribute.testing.cluster import local_cluster
 from compat_distribute.testing.cluster.ports import pick_ports
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_exception_names_the_task_then_cluster_refuses_until_restarted():
     c = local_cluster(2, timeout=30).start()
     pids = c.pids
@@ -71,7 +71,7 @@ def test_exception_names_the_task_then_cluster_refuses_until_restarted():
         c.run(tasks.task_info, "stopped")
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_task_that_exits_fails_the_call_with_every_stack():
     c = local_cluster(2, timeout=30).start()
     pids = c.pids
@@ -95,7 +95,7 @@ def test_task_that_exits_fails_the_call_with_every_stack():
     assert_no_leaks(pids)
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_hang_times_out_with_every_stack():
     c = local_cluster(2, timeout=6).start()
     pids = c.pids
@@ -117,7 +117,7 @@ def test_hang_times_out_with_every_stack():
     assert_no_leaks(pids)
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_port_taken_before_the_server_binds_is_retried_with_new_ports():
     # On the host network: a private one is fresh, so no port there is taken.
     with socket.socket() as squatter:
@@ -155,7 +155,7 @@ def test_port_taken_before_the_server_binds_is_retried_with_new_ports():
     assert_no_leaks(pids)
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_peer_that_never_starts_fails_start_up():
     launched = []
 
@@ -188,7 +188,7 @@ def test_peer_that_never_starts_fails_start_up():
     assert_no_leaks(launched)
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_stopped_worker_is_named_first_when_the_call_times_out():
     c = local_cluster(2, timeout=6).start()
     pids = c.pids

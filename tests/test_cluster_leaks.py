@@ -41,7 +41,7 @@ def _abandoned_dir(parent, task_pid):
     return path
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_worker_killed_by_sigkill_leaves_no_checkpoint_and_a_new_cluster_reaps_old_runs(
     temp_dir, tmp_path
 ):
@@ -97,7 +97,7 @@ time.sleep(600)
 """
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 @pytest.mark.parametrize("started_in", ["main", "thread"])
 def test_tasks_die_with_a_parent_killed_by_sigkill_and_its_directory_is_reaped(
     started_in, tmp_path

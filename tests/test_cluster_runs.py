@@ -48,7 +48,7 @@ def with_chief_fixture():
 # Normal runs.
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_run_returns_results_in_task_order_with_own_tf_config(pair):
     parent_tf_config = os.environ.get("TF_CONFIG")
     results = pair.run(tasks.task_info, tag="first")
@@ -73,7 +73,7 @@ def test_run_returns_results_in_task_order_with_own_tf_config(pair):
     assert (namespaces != {HOST_NETWORK}) == (pair.network == "private")
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_workers_are_reused_across_runs(pair):
     pids = pair.pids
     first = pair.run(tasks.task_info, "a")
@@ -82,7 +82,7 @@ def test_workers_are_reused_across_runs(pair):
     assert [r["tag"] for r in second] == ["b", "b"]
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_output_of_a_task_is_kept(pair):
     assert pair.run(tasks.print_and_return, "hello there") == ["hello there"] * 2
     assert "('worker', 1): hello there" in pair.output("worker", 1)
@@ -90,7 +90,7 @@ def test_output_of_a_task_is_kept(pair):
         pair.output("chief", 0)
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_large_arguments_and_results_travel_whole(pair):
     array = np.arange(1_000_000, dtype=np.float32)
     results = pair.run(tasks.scaled, array, factor=2.0)
@@ -100,7 +100,7 @@ def test_large_arguments_and_results_travel_whole(pair):
         assert float(doubled[-1]) == 1_999_998.0 and float(doubled.sum()) == float((array * 2).sum())
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_chief_comes_first_and_alone_should_checkpoint(with_chief):
     facts = with_chief.run(tasks.strategy_facts)
     assert with_chief.task_names == ["chief 0", "worker 0"]
@@ -109,7 +109,7 @@ def test_chief_comes_first_and_alone_should_checkpoint(with_chief):
     assert [f["num_replicas_in_sync"] for f in facts] == [2, 2]
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_devices_per_worker_gives_virtual_cpus(with_chief):
     assert with_chief.run(tasks.local_cpu_count) == [3, 3]
 
@@ -118,7 +118,7 @@ def test_devices_per_worker_gives_virtual_cpus(with_chief):
 # Seed behaviours of MultiWorkerMirroredStrategy across two real workers.
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_resolver_and_should_checkpoint_come_from_tf_config(pair):
     facts = pair.run(tasks.strategy_facts)
     assert [(f["task_type"], f["task_id"]) for f in facts] == [("worker", 0), ("worker", 1)]
@@ -127,19 +127,19 @@ def test_resolver_and_should_checkpoint_come_from_tf_config(pair):
     assert [f["num_replicas_in_sync"] for f in facts] == [2, 2]
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_run_doubles_a_constant_on_each_replica(pair):
     assert pair.run(tasks.doubled_constant) == [[42.0], [42.0]]
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_all_reduce_of_values_from_function_sums_over_replicas(pair):
     # Replica ids 0 and 1, plus one: 1 + 2 on every replica.
     assert pair.run(tasks.all_reduce_of_replica_ids, use_shim=False) == [[3.0], [3.0]]
     assert pair.run(tasks.all_reduce_of_replica_ids, use_shim=True) == [[3.0], [3.0]]
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_documented_all_reduce_example_fails_on_tf_and_passes_on_the_shim(pair):
     # TF 2.21, one device per worker: the docstring example cannot even trace.
     assert (
@@ -150,7 +150,7 @@ def test_documented_all_reduce_example_fails_on_tf_and_passes_on_the_shim(pair):
     assert pair.run(tasks.documented_all_reduce_example, use_shim=True) == [[1], [1]]
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_two_workers_train_to_the_same_weights_as_one(pair):
     on_two = pair.run(tasks.train_linear, distributed=True)
     on_one = pair.run(tasks.train_linear, distributed=False)[0]
@@ -170,7 +170,7 @@ def test_two_workers_train_to_the_same_weights_as_one(pair):
     assert not np.allclose(on_one, 0.0)  # It moved.
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_worker_strategy_refuses_a_factory_that_returns_no_strategy(pair):
     assert pair.run(tasks.strategy_from_bad_factory) == [
         "factory not_a_strategy returned 'MultiWorkerMirroredStrategy' (str), not a "
@@ -186,7 +186,7 @@ def test_worker_strategy_refuses_a_factory_that_returns_no_strategy(pair):
 # Network: TensorFlow's gRPC server listens on 0.0.0.0, whatever TF_CONFIG says.
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_private_network_hides_the_servers_from_this_process(pair):
     require_private_network(pair)
     # The servers are up and the workers reach each other: a real all-reduce.
@@ -202,7 +202,7 @@ def test_private_network_hides_the_servers_from_this_process(pair):
             socket.create_connection((host, int(port)), timeout=5)
 
 
-@pytest.mark.multi_worker
+@pytest.mark.multi_worker(2)
 def test_keyboard_interrupt_during_a_run_leaves_no_process(with_chief):
     # Last in the module: it tears the shared chief cluster down.
     with_chief.start()

@@ -24,8 +24,6 @@ from compat_distribute.testing.cluster.errors import ClusterError
 # After one task fails, how long the others get to finish before they are
 # presumed blocked on the failed peer (collectives wait for every task).
 _FAILURE_GRACE_S = 1.0
-# How long a stack dump (SIGUSR1) may take to appear in the tasks' logs.
-_STACK_DUMP_WAIT_S = 2.0
 _WORKER_MAIN = "compat_distribute.testing.cluster.worker"
 
 
@@ -234,34 +232,10 @@ class LocalCluster:
             self._tasks = task_lib.launch_all(
                 specs, workdir=self._workdir, network=self._private_network, hooks=self._hooks
             )
-            self._wait_ready()
+            task_lib.wait_ready(self._tasks, self._start_timeout)
         except BaseException:
             self._teardown(graceful=False)
             raise
-
-    def _wait_ready(self):
-        deadline = time.monotonic() + self._start_timeout
-        while not all(t.ready for t in self._tasks):
-            waiting = [t for t in self._tasks if not t.ready]
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                stacks = self._dump_stacks()
-                stopped = {t.name for t in self._tasks if t.stopped()}
-                raise report.start_timeout(
-                    self._start_timeout, self._tasks, waiting, stacks, stopped
-                )
-            for conn in mp_connection.wait([t.conn for t in waiting], remaining):
-                task = next(t for t in waiting if t.conn is conn)
-                try:
-                    message = conn.recv()
-                except (EOFError, OSError):
-                    raise report.start_died(task, task.wait(netns.EXIT_GRACE_S)) from None
-                if isinstance(message, protocol.Alive):
-                    task.alive = True
-                elif isinstance(message, protocol.Ready):
-                    task.ready = True
-                elif isinstance(message, protocol.StartupFailed):
-                    raise report.start_failed(task, message.traceback)
 
     # -- Calls ---------------------------------------------------------------
 
@@ -307,7 +281,7 @@ class LocalCluster:
         try:
             data = task.conn.recv_bytes()
         except (EOFError, OSError):
-            return protocol.TaskDied(task.name, task.wait(netns.EXIT_GRACE_S))
+            return protocol.TaskDied(task.name, task.wait(task_lib.EXIT_GRACE_S))
         try:
             answer = pickle.loads(data)
         except Exception as e:  # pylint: disable=broad-except
@@ -328,7 +302,7 @@ class LocalCluster:
         failed = {f.task for f in failures}
         pending = [t for t in tasks if t.name not in results and t.name not in failed]
         outputs = {t.name: t.output(starts[t.name]) for t in tasks}
-        stacks = self._dump_stacks()
+        stacks = task_lib.dump_stacks(self._tasks)
         # Read before the teardown: a killed task is no longer stopped.
         stopped = {t.name for t in tasks if t.stopped()}
         self._teardown(graceful=False)
@@ -354,43 +328,9 @@ class LocalCluster:
 
     # -- Stacks and teardown -------------------------------------------------
 
-    def _dump_stacks(self):
-        """{task name: stacks} from the tasks that can dump them (SIGUSR1)."""
-        starts = {t.name: t.output_size() for t in self._tasks}
-        live = [t for t in self._tasks if not t.stopped() and t.request_stack_dump()]
-        # faulthandler writes from the signal handler, in one burst per task.
-        deadline = time.monotonic() + _STACK_DUMP_WAIT_S
-        sizes = {}
-        while live and time.monotonic() < deadline:
-            time.sleep(0.05)
-            now = {t.name: t.output_size() for t in live}
-            if all(now[n] > starts[n] for n in now) and now == sizes:
-                break
-            sizes = now
-        return {
-            t.name: _drop_watchdog(t.output(starts[t.name]))
-            or "(no dump: it did not answer SIGUSR1)"
-            for t in live
-        }
-
     def _teardown(self, graceful):
         tasks, self._tasks = self._tasks, []
-        if graceful:
-            for t in tasks:
-                t.ask_to_exit()
-            deadline = time.monotonic() + netns.EXIT_GRACE_S
-            for t in tasks:
-                # Wait for the task to close its end, without reaping it: the
-                # process group id stays valid for the kill below.
-                try:
-                    if t.conn.poll(max(0.0, deadline - time.monotonic())):
-                        t.conn.recv()
-                except (EOFError, OSError):
-                    pass
-        for t in tasks:
-            t.kill()
-        for t in tasks:
-            t.reap()
+        task_lib.stop_all(tasks, graceful=graceful)
         if self._private_network is not None:
             # Goes with its last task: all of them are reaped by now.
             self._private_network.close()
@@ -399,11 +339,6 @@ class LocalCluster:
             self._workdir.remove()
             self._workdir = None
         _LIVE_CLUSTERS.discard(self)
-
-
-def _drop_watchdog(dump):
-    threads = dump.strip().split("\n\n")
-    return "\n\n".join(t for t in threads if task_lib.WATCHDOG_FRAME not in t)
 
 
 def local_cluster(

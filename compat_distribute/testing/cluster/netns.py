@@ -33,8 +33,8 @@ from compat_distribute import _validate
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster.errors import ClusterError
 
-# How long a process that was asked to exit may take before it is killed.
-EXIT_GRACE_S = 2.0
+# How long the namespace's maker may take to exit once told to.
+_MAKER_EXIT_S = 2.0
 NETWORKS = ("private", "host", "auto")
 # How long making a namespace (or the probe for one) may take.
 _NAMESPACE_TIMEOUT_S = 10.0
@@ -96,7 +96,7 @@ class PrivateNetwork:
             if not self._fds:
                 os.kill(maker.pid, signal.SIGKILL)  # Not reaped yet: still ours.
             try:
-                code = maker.wait(timeout=EXIT_GRACE_S)
+                code = maker.wait(timeout=_MAKER_EXIT_S)
             except subprocess.TimeoutExpired:
                 os.kill(maker.pid, signal.SIGKILL)
                 code = maker.wait()

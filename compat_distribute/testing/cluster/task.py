@@ -2,7 +2,7 @@
 
 A task runs `python -c BOOTSTRAP`, which arms the SIGUSR1 stack dump, ties
 the process's life to its parent's, says `Alive`, and then runs the `main(argv,
-conn)` of the module named in its `TaskSpec`: `worker` for the tasks that serve
+conn)` named in its `TaskSpec`: `worker` for the tasks that serve
 `LocalCluster.run`, or any other main (a long-lived server, say) that speaks
 `protocol` on `conn`: `Ready` once set up, then serves until `Exit`.
 
@@ -11,7 +11,7 @@ anything it spawned, and a Ctrl-C in the terminal reaches the parent alone),
 writes stdout and stderr to a log file, and gets its own TMPDIR inside the
 cluster's directory. It dies with its parent: by the parent-death signal on
 Linux (SIGKILL, which also ends a stopped task), and on every platform by a
-thread that exits when its parent changes.
+thread that ends the process once its parent is gone.
 """
 
 from __future__ import annotations
@@ -23,14 +23,16 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing import connection as mp_connection
 
 from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import tf_config
 
-# argv: fd of the socket, parent pid, 1 to set the parent-death signal, main's
-# module, then main's own arguments. Everything before the import of `main` is
-# standard library, so a task stuck in start-up can still dump its stack.
+# argv: fd of the socket, parent pid, 1 to set the parent-death signal, the
+# main ("module" or "module:function"), then main's own arguments. Nothing before `Alive` imports TensorFlow,
+# so a task stuck importing it can still dump its stack.
 BOOTSTRAP = """\
 import faulthandler, os, signal, sys, threading, time
 faulthandler.enable()
@@ -50,20 +52,27 @@ threading.Thread(target=_exit_when_orphaned, args=(int(parent),), daemon=True).s
 os.set_inheritable(int(fd), False)
 from multiprocessing import connection
 from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster import report
 conn = connection.Connection(int(fd))
 conn.send(protocol.Alive(os.getpid()))
 import importlib
-sys.exit(importlib.import_module(main).main(sys.argv[5:], conn))
+module, _, function = main.partition(":")
+sys.exit(getattr(importlib.import_module(module), function or "main")(sys.argv[5:], conn))
 """
 # The bootstrap's watchdog thread: in every stack dump, saying nothing.
 WATCHDOG_FRAME = "_exit_when_orphaned"
+# How long a stack dump (SIGUSR1) may take to appear in the tasks' logs.
+STACK_DUMP_WAIT_S = 2.0
+# How long a task asked to exit (or dying) may take before it is killed.
+EXIT_GRACE_S = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
     """What to launch for one task.
 
-    main: module whose `main(argv, conn) -> exit status` runs in the task.
+    main: "module" whose `main(argv, conn) -> exit status` runs in the task,
+        or "module:function" for another function of that signature.
     argv: that main's arguments.
     env: the task's whole environment (TF_CONFIG included).
     """
@@ -241,3 +250,77 @@ def launch_all(specs, *, workdir, network, hooks):
             task.reap()
         raise
     return tasks
+
+
+# -- Groups of tasks: what a cluster (or a pod's hosts) does with its tasks ---
+
+
+def wait_ready(tasks, timeout):
+    """Waits until every task said Ready; raises the error naming the task that
+    died, failed or did not start within `timeout` seconds (with stacks)."""
+    deadline = time.monotonic() + timeout
+    while not all(t.ready for t in tasks):
+        waiting = [t for t in tasks if not t.ready]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            stacks = dump_stacks(tasks)
+            stopped = {t.name for t in tasks if t.stopped()}
+            raise report.start_timeout(timeout, tasks, waiting, stacks, stopped)
+        for conn in mp_connection.wait([t.conn for t in waiting], remaining):
+            task = next(t for t in waiting if t.conn is conn)
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                raise report.start_died(task, task.wait(EXIT_GRACE_S)) from None
+            if isinstance(message, protocol.Alive):
+                task.alive = True
+            elif isinstance(message, protocol.Ready):
+                task.ready = True
+            elif isinstance(message, protocol.StartupFailed):
+                raise report.start_failed(task, message.traceback)
+
+
+def dump_stacks(tasks):
+    """{task name: Python stacks} from the tasks that can dump them (SIGUSR1);
+    a stopped task cannot, and is left out."""
+    starts = {t.name: t.output_size() for t in tasks}
+    live = [t for t in tasks if not t.stopped() and t.request_stack_dump()]
+    # faulthandler writes from the signal handler, in one burst per task.
+    deadline = time.monotonic() + STACK_DUMP_WAIT_S
+    sizes = {}
+    while live and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = {t.name: t.output_size() for t in live}
+        if all(now[n] > starts[n] for n in now) and now == sizes:
+            break
+        sizes = now
+    return {
+        t.name: _drop_watchdog(t.output(starts[t.name])) or "(no dump: it did not answer SIGUSR1)"
+        for t in live
+    }
+
+
+def _drop_watchdog(dump):
+    threads = dump.strip().split("\n\n")
+    return "\n\n".join(t for t in threads if WATCHDOG_FRAME not in t)
+
+
+def stop_all(tasks, *, graceful):
+    """Stops `tasks`: asks them to exit first when `graceful`, then kills each
+    process group and reaps every process."""
+    if graceful:
+        for t in tasks:
+            t.ask_to_exit()
+        deadline = time.monotonic() + EXIT_GRACE_S
+        for t in tasks:
+            # Wait for the task to close its end, without reaping it: the
+            # process group id stays valid for the kill below.
+            try:
+                if t.conn.poll(max(0.0, deadline - time.monotonic())):
+                    t.conn.recv()
+            except (EOFError, OSError):
+                pass
+    for t in tasks:
+        t.kill()
+    for t in tasks:
+        t.reap()

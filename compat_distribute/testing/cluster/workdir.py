@@ -10,7 +10,10 @@ A parent killed by SIGKILL cannot clean up: its tasks die with it (the
 parent-death signal, see `task`), and the next cluster started on the machine
 removes the directories whose owner is gone, killing first any task listed
 there that still runs (a task launched where no parent-death signal exists).
-Start times tell a process from a later one that reuses its pid.
+Start times tell a process from a later one that reuses its pid. Only this
+user's directories are reaped, and owners are looked up in this process's pid
+namespace: containers that share a temp dir but not their pids should give
+each cluster its own temp dir (TMPDIR).
 """
 
 import os
@@ -86,6 +89,11 @@ def reap_abandoned(directory=None):
         if match is None or _runs(int(match.group(1)), match.group(2)):
             continue
         path = os.path.join(directory, name)
+        try:
+            if os.stat(path).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
         try:
             with open(os.path.join(path, TASKS_FILE)) as f:
                 tasks = [line.split() for line in f if line.strip()]
