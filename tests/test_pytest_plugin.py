@@ -69,7 +69,8 @@ def _usage_error(result):
             [],
             {"COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY": "v9-1024"},
             "",
-            "--fake-tpu-topology: expected one of 'v2-8', 'v3-8', 'v4-8', got 'v9-1024' "
+            "--fake-tpu-topology: expected one of 'v2-8', 'v3-8', 'v4-8', 'v5litepod-1', "
+            "'v5litepod-4', 'v5litepod-8', 'v5p-8', 'v6e-1', 'v6e-4', 'v6e-8', got 'v9-1024' "
             "(from environment variable COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY)",
         ),
         (
