@@ -111,7 +111,8 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
             isinstance(a, _tf.DistributedVariable)
             for a in tf.nest.flatten((args, kwargs or {}))
         ):
-            key = (_steps._fn_key(fn), len(args), tuple(kwargs or ()))  # pylint: disable=protected-access
+            fn_key = _steps._fn_key(fn)  # pylint: disable=protected-access
+            key = (fn_key, len(args), tuple(kwargs or ()))
             try:
                 if key in self._checked_calls:
                     return
