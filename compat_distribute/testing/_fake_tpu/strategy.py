@@ -17,6 +17,7 @@ from compat_distribute.testing._fake_tpu import extended as extended_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
 from compat_distribute.testing._fake_tpu import variables
 
+
 class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
     """`tf.distribute.TPUStrategy` on a `FakeTPUClusterResolver`'s logical devices.
 

@@ -19,7 +19,7 @@ from compat_distribute.testing import _tf
 # pylint: disable=protected-access
 
 
-def _replica_device(variable):
+def _replica_device():
     """The device of the fake TPU replica running now, or None outside one."""
     context = tf.distribute.get_replica_context()
     if context is None:
@@ -27,7 +27,6 @@ def _replica_device(variable):
     worker_devices = getattr(context.strategy.extended, "_fake_tpu_worker_devices", None)
     if worker_devices is None:
         return None  # Not a fake TPU's replica: TensorFlow's own rules apply.
-    del variable
     return worker_devices()[_tf.current_replica_id()]
 
 
@@ -62,7 +61,7 @@ class _FakeTPUVariableMixin:
 
     def _tpu_rules_apply(self):
         """The replica's device when the TPU's read rules differ from MirroredStrategy's."""
-        device = _replica_device(self)
+        device = _replica_device()
         if device is None:
             return None
         foreign = tf.distribute.get_replica_context().strategy is not self._distribute_strategy
@@ -72,7 +71,7 @@ class _FakeTPUVariableMixin:
         return super()._use_packed_variable() and not _checks_in_progress[0]
 
     def _get_replica(self, replica_id):
-        device = _replica_device(self)
+        device = _replica_device()
         if device is not None:
             replica_id = self._index_on(device)
         return super()._get_replica(replica_id)
@@ -81,7 +80,7 @@ class _FakeTPUVariableMixin:
     def handle(self):
         device = self._tpu_rules_apply()
         if device is None:
-            if _replica_device(self) is None and self._use_packed_variable():
+            if _replica_device() is None and self._use_packed_variable():
                 # Cross-replica, as TPUVariableMixin: the copy's own handle on
                 # this device (or the first replica's), not the packed one.
                 return self._get_on_device_or_primary().on_device_handle()
