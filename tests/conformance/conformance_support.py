@@ -18,7 +18,7 @@ def by_design(reason):
 
 
 def core_coordinates(topology, core):
-    """The (x, y, z, core) of task 0's `core`-th device, for DeviceAssignment(core_assignment=...)."""
+    """The (x, y, z, core) of task 0's `core`-th device, for a DeviceAssignment's core_assignment."""
     return topology.device_coordinates[0][core].tolist()
 
 

@@ -47,9 +47,10 @@ def topology_fixture(tpu_resolver):
 @pytest.fixture(name="packed", params=[True, False], ids=["packed", "unpacked"])
 def packed_fixture(request, tpu_strategy):
     """Runs a test with variables packed (TPUStrategyV2's default) and not, as TF's tests do."""
-    tpu_strategy._enable_packed_variable_in_eager_mode = request.param  # pylint: disable=protected-access
+    # pylint: disable=protected-access
+    tpu_strategy._enable_packed_variable_in_eager_mode = request.param
     yield request.param
-    tpu_strategy._enable_packed_variable_in_eager_mode = True  # pylint: disable=protected-access
+    tpu_strategy._enable_packed_variable_in_eager_mode = True
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -16,7 +16,8 @@ def test_batches_are_prefetched_to_the_replica_devices(tpu_strategy):
     TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_tpu
     """
     for options in (None, tf.distribute.InputOptions(experimental_fetch_to_device=True)):
-        element = next(iter(tpu_strategy.experimental_distribute_dataset(_batches(tpu_strategy), options)))
+        dataset = tpu_strategy.experimental_distribute_dataset(_batches(tpu_strategy), options)
+        element = next(iter(dataset))
         devices = [t.device for t in tpu_strategy.experimental_local_results(element)]
         assert devices == list(tpu_strategy.extended.worker_devices)
 
@@ -27,14 +28,17 @@ def test_batches_stay_on_the_host_without_fetch_to_device(tpu_strategy):
     TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_cpu
     """
     options = tf.distribute.InputOptions(experimental_fetch_to_device=False)
-    element = next(iter(tpu_strategy.experimental_distribute_dataset(_batches(tpu_strategy), options)))
+    dataset = tpu_strategy.experimental_distribute_dataset(_batches(tpu_strategy), options)
+    element = next(iter(dataset))
     first = tpu_strategy.experimental_local_results(element)[0]
     assert tf.DeviceSpec.from_string(first.device).device_type == "CPU"
 
 
 def _sparse(strategy):
     return tf.data.Dataset.from_tensors(
-        tf.sparse.SparseTensor(indices=[[0, 0], [0, 1], [1, 0]], values=[1, 2, 3], dense_shape=[2, 2])
+        tf.sparse.SparseTensor(
+            indices=[[0, 0], [0, 1], [1, 0]], values=[1, 2, 3], dense_shape=[2, 2]
+        )
     ).repeat().batch(strategy.num_replicas_in_sync)
 
 
@@ -69,6 +73,5 @@ def test_input_function_sees_one_pipeline_for_all_replicas(tpu_strategy):
         return tf.data.Dataset.range(10).batch(1)
 
     iter(tpu_strategy.distribute_datasets_from_function(dataset_fn))
-    assert [(c.num_input_pipelines, c.input_pipeline_id, c.num_replicas_in_sync) for c in contexts] == [
-        (1, 0, tpu_strategy.num_replicas_in_sync)
-    ]
+    seen = [(c.num_input_pipelines, c.input_pipeline_id, c.num_replicas_in_sync) for c in contexts]
+    assert seen == [(1, 0, tpu_strategy.num_replicas_in_sync)]

@@ -173,6 +173,8 @@ def test_a_variable_passed_to_run_stays_a_variable(tpu_strategy):
     assert seen and all(seen)
 
 
+@pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
+@pytest.mark.usefixtures("tpu_strategy")
 def test_sequential_strategies_feed_each_other(tpu_resolver, topology):
     """Outputs of a two-core strategy feed a one-core strategy in the same function.
 

@@ -2,6 +2,7 @@
 
 import logging
 
+import pytest
 import tensorflow as tf
 
 from conformance_support import by_design
@@ -60,6 +61,8 @@ def test_strategy_has_one_replica_per_core(tpu_strategy, tpu_resolver):
     assert len(tpu_strategy.extended.worker_devices) == cores
 
 
+@pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
+@pytest.mark.usefixtures("tpu_strategy")
 def test_subset_strategies_run_on_the_cores_they_name(tpu_resolver, topology):
     """A strategy on core 0 runs on device 0, one on core 1 on device 1.
 

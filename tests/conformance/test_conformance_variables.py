@@ -1,5 +1,6 @@
 """Variables as on a TPU, packed (TPUStrategyV2's default) and not: reads, updates, devices."""
 
+import pytest
 import tensorflow as tf
 
 from conformance_support import core_coordinates
@@ -7,6 +8,8 @@ from conformance_support import local
 from conformance_support import strategy_on
 
 
+@pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
+@pytest.mark.usefixtures("tpu_strategy")
 def test_variables_are_read_by_device_across_device_assignments(tpu_resolver, topology, packed):
     """A strategy on cores (1, 0) reads a variable of the cores-(0, 1) strategy core by core.
 
@@ -22,6 +25,8 @@ def test_variables_are_read_by_device_across_device_assignments(tpu_resolver, to
     assert local(backward, backward.run(tf.function(v.read_value))) == [42.0, 1.0]
 
 
+@pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
+@pytest.mark.usefixtures("tpu_strategy")
 def test_one_variable_serves_strategies_on_subsets_of_its_cores(tpu_resolver, topology, packed):
     """A variable of the all-core strategy is read by strategies on core 0 and on core 1.
 
@@ -156,6 +161,8 @@ def test_sync_on_read_variable_all_reduces_its_copies(tpu_strategy, packed):
     del packed
 
 
+@pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
+@pytest.mark.usefixtures("tpu_strategy")
 def test_checkpoint_restores_variables_of_each_logical_device(
     tpu_resolver, topology, packed, tmp_path
 ):
@@ -207,6 +214,8 @@ def test_a_function_traces_once_per_device(tpu_strategy, packed):
     del packed
 
 
+@pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
+@pytest.mark.usefixtures("tpu_strategy")
 def test_logical_devices_hold_their_variables_and_compute(tpu_resolver, topology):
     """With two cores a replica, variables made on logical device 1 live on core 1; v*x*w runs.
 

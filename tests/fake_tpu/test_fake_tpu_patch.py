@@ -201,7 +201,7 @@ def test_sixteen_core_mesh_in_a_fresh_process(run_python):
 
 
 def test_tf1_set_up_without_a_resolver_builds_the_fake():
-    """TF1 defaulted to TPUClusterResolver(""): `compat_distribute.TPUStrategy()` inside fake_tpu()."""
+    """TF1 defaulted to TPUClusterResolver(""): `compat_distribute.TPUStrategy()` in fake_tpu()."""
     with fake_tpu("v4-8"):
         strategy = compat_distribute.TPUStrategy(steps_per_run=2)
         assert isinstance(strategy, FakeTPUStrategy)

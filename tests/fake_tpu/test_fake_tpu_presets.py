@@ -59,3 +59,17 @@ def test_every_preset_is_one_host_and_counts_its_cores():
 def test_a_mesh_past_the_core_limit_is_refused_before_any_device_is_made():
     with pytest.raises(ValueError, match=r"core count must be at most 256 .*; got 8192. Use a smaller mesh."):
         FakeTPUClusterResolver(mesh_shape=(16, 16, 16, 2))
+
+
+def test_the_presets_and_the_default_import_no_tensorflow(run_python):
+    result = run_python(
+        """
+        import sys
+        from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY, PRESETS
+        from compat_distribute.testing import _settings
+        print(DEFAULT_TOPOLOGY, _settings.Settings().fake_tpu_topology, len(PRESETS))
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow"))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["v3-8 v3-8 10", "[]"]

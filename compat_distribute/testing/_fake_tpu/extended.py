@@ -30,6 +30,15 @@ def check_reduce_op(reduce_op):
         )
 
 
+def _refuse_per_replica_input(options, message):
+    if (
+        options
+        and options.experimental_replication_mode
+        == tf.distribute.InputReplicationMode.PER_REPLICA
+    ):
+        raise NotImplementedError(message)
+
+
 class FakeTPUExtended(_tf.MirroredExtended):
     """MirroredExtended over the first logical core of each replica, with TPU rules."""
 
@@ -172,35 +181,28 @@ class FakeTPUExtended(_tf.MirroredExtended):
             return super()._batch_reduce_to(reduce_op, value_destination_pairs, options)
         return [self._reduce_to(reduce_op, v, d, options) for v, d in value_destination_pairs]
 
-    # Input.
+    # Input. TPUExtended refuses per-replica input in both entry points, each
+    # with its own text, and checks element specs when fetching to device.
 
     def _experimental_distribute_dataset(self, dataset, options):
-        if (
-            options
-            and options.experimental_replication_mode
-            == tf.distribute.InputReplicationMode.PER_REPLICA
-        ):
-            raise NotImplementedError(
-                "InputReplicationMode.PER_REPLICA "
-                "is only supported in "
-                "`experimental_distribute_datasets_from_function`."
-            )
+        _refuse_per_replica_input(
+            options,
+            "InputReplicationMode.PER_REPLICA "
+            "is only supported in "
+            "`experimental_distribute_datasets_from_function`.",
+        )
         if options is None or options.experimental_fetch_to_device:
             self._check_spec(dataset.element_spec)
         return super()._experimental_distribute_dataset(dataset, options)
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
-        if (
-            options
-            and options.experimental_replication_mode
-            == tf.distribute.InputReplicationMode.PER_REPLICA
-        ):
-            raise NotImplementedError(
-                "InputReplicationMode.PER_REPLICA "
-                "is only supported in "
-                " `experimental_distribute_datasets_from_function` "
-                "of tf.distribute.MirroredStrategy"
-            )
+        _refuse_per_replica_input(
+            options,
+            "InputReplicationMode.PER_REPLICA "
+            "is only supported in "
+            " `experimental_distribute_datasets_from_function` "
+            "of tf.distribute.MirroredStrategy",
+        )
         distributed = super()._distribute_datasets_from_function(dataset_fn, options)
         if options is None or options.experimental_fetch_to_device:
             self._check_spec(distributed.element_spec)

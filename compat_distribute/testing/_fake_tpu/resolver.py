@@ -181,9 +181,12 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
             )
         return device_assignment
 
-    def compat_distribute_strategy(self, *, steps_per_run, device_assignment, spmd_xla_partitioning):
+    def compat_distribute_strategy(
+        self, *, steps_per_run, device_assignment, spmd_xla_partitioning
+    ):
         """The backend seam of `compat_distribute.TPUStrategy`: a `FakeTPUStrategy`."""
-        from compat_distribute.testing._fake_tpu import strategy  # pylint: disable=g-import-not-at-top
+        # The strategy module imports this one.
+        from compat_distribute.testing._fake_tpu import strategy  # pylint: disable=import-outside-toplevel
 
         return strategy.FakeTPUStrategy._build(  # pylint: disable=protected-access
             self, device_assignment, spmd_xla_partitioning, steps_per_run

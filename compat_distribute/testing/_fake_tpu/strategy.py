@@ -15,6 +15,8 @@ from compat_distribute import _validate
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import extended as extended_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
+from compat_distribute.testing._fake_tpu import variables
+
 
 class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
     """`tf.distribute.TPUStrategy` on a `FakeTPUClusterResolver`'s logical devices.
@@ -110,7 +112,8 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
             isinstance(a, _tf.DistributedVariable)
             for a in tf.nest.flatten((args, kwargs or {}))
         ):
-            key = (_steps._fn_key(fn), len(args), tuple(kwargs or ()))  # pylint: disable=protected-access
+            fn_key = _steps._fn_key(fn)  # pylint: disable=protected-access
+            key = (fn_key, len(args), tuple(kwargs or ()))
             try:
                 if key in self._checked_calls:
                     return
@@ -143,7 +146,8 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         # Traced as strategy.run would trace it, inside the caller's trace, so
         # distributed arguments are captured as they are.
         try:
-            xla_check.ensure_tpu_compatible(fn, args, kwargs, strategy=self)
+            with variables.unpacked_while_checking():
+                xla_check.ensure_tpu_compatible(fn, args, kwargs, strategy=self)
         except BaseException:
             self._checked_keys.discard(key)
             raise

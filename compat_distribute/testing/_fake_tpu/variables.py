@@ -6,9 +6,11 @@ packs them by default), hand operators a `PackedVarAndDevice` and the gradient
 tape a packed handle it refuses. A TPU variable picks the copy on the replica's
 DEVICE (a strategy on cores (1, 0) reads a variable of the all-core strategy
 core by core), reads under any TPU strategy of the slice, gives operators a
-read tensor, and inside a step reads through one replicated handle.
+read tensor, and inside a step reads through one graph handle.
 `adopt` gives a variable the fake's strategy created these rules.
 """
+
+import contextlib
 
 import tensorflow as tf
 
@@ -17,7 +19,7 @@ from compat_distribute.testing import _tf
 # pylint: disable=protected-access
 
 
-def _replica_device(variable):
+def _replica_device():
     """The device of the fake TPU replica running now, or None outside one."""
     context = tf.distribute.get_replica_context()
     if context is None:
@@ -25,8 +27,22 @@ def _replica_device(variable):
     worker_devices = getattr(context.strategy.extended, "_fake_tpu_worker_devices", None)
     if worker_devices is None:
         return None  # Not a fake TPU's replica: TensorFlow's own rules apply.
-    del variable
     return worker_devices()[_tf.current_replica_id()]
+
+
+# > 0 while strict mode's XLA check traces a step: XLA cannot compile a function
+# that captures a packed handle, and the check only compiles the step.
+_checks_in_progress = [0]
+
+
+@contextlib.contextmanager
+def unpacked_while_checking():
+    """Variables use their copies' handles, not the packed one, inside this block."""
+    _checks_in_progress[0] += 1
+    try:
+        yield
+    finally:
+        _checks_in_progress[0] -= 1
 
 
 class _FakeTPUVariableMixin:
@@ -45,14 +61,17 @@ class _FakeTPUVariableMixin:
 
     def _tpu_rules_apply(self):
         """The replica's device when the TPU's read rules differ from MirroredStrategy's."""
-        device = _replica_device(self)
+        device = _replica_device()
         if device is None:
             return None
         foreign = tf.distribute.get_replica_context().strategy is not self._distribute_strategy
         return device if foreign or self._use_packed_variable() else None
 
+    def _use_packed_variable(self):
+        return super()._use_packed_variable() and not _checks_in_progress[0]
+
     def _get_replica(self, replica_id):
-        device = _replica_device(self)
+        device = _replica_device()
         if device is not None:
             replica_id = self._index_on(device)
         return super()._get_replica(replica_id)
@@ -61,7 +80,7 @@ class _FakeTPUVariableMixin:
     def handle(self):
         device = self._tpu_rules_apply()
         if device is None:
-            if _replica_device(self) is None and self._use_packed_variable():
+            if _replica_device() is None and self._use_packed_variable():
                 # Cross-replica, as TPUVariableMixin: the copy's own handle on
                 # this device (or the first replica's), not the packed one.
                 return self._get_on_device_or_primary().on_device_handle()
@@ -71,8 +90,9 @@ class _FakeTPUVariableMixin:
             return copy.handle
         handle = self._packed_var.handle
         if tf.inside_function():
-            # The step's one replicated handle, as a TPU's: a graph input, not
-            # the packed eager tensor the gradient tape refuses.
+            # The step's one handle, as a TPU's replicated handle: a graph input
+            # (the gradient tape refuses the packed eager tensor itself), and the
+            # same one the variable's updates use, so reads and writes stay ordered.
             return tf.compat.v1.get_default_graph().capture(handle)
         return handle
 
