@@ -15,7 +15,6 @@ from compat_distribute import _validate
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import extended as extended_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
-from compat_distribute.testing._fake_tpu import variables
 
 
 class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
@@ -146,8 +145,7 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         # Traced as strategy.run would trace it, inside the caller's trace, so
         # distributed arguments are captured as they are.
         try:
-            with variables.unpacked_while_checking():
-                xla_check.ensure_tpu_compatible(fn, args, kwargs, strategy=self)
+            xla_check.ensure_tpu_compatible(fn, args, kwargs, strategy=self)
         except BaseException:
             self._checked_keys.discard(key)
             raise

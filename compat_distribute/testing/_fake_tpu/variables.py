@@ -10,11 +10,11 @@ read tensor, and inside a step reads through one graph handle.
 `adopt` gives a variable the fake's strategy created these rules.
 """
 
-import contextlib
 
 import tensorflow as tf
 
 from compat_distribute.testing import _tf
+from compat_distribute.testing.xla_check import check as xla_check
 
 # pylint: disable=protected-access
 
@@ -28,21 +28,6 @@ def _replica_device():
     if worker_devices is None:
         return None  # Not a fake TPU's replica: TensorFlow's own rules apply.
     return worker_devices()[_tf.current_replica_id()]
-
-
-# > 0 while strict mode's XLA check traces a step: XLA cannot compile a function
-# that captures a packed handle, and the check only compiles the step.
-_checks_in_progress = [0]
-
-
-@contextlib.contextmanager
-def unpacked_while_checking():
-    """Variables use their copies' handles, not the packed one, inside this block."""
-    _checks_in_progress[0] += 1
-    try:
-        yield
-    finally:
-        _checks_in_progress[0] -= 1
 
 
 class _FakeTPUVariableMixin:
@@ -68,7 +53,9 @@ class _FakeTPUVariableMixin:
         return device if foreign or self._use_packed_variable() else None
 
     def _use_packed_variable(self):
-        return super()._use_packed_variable() and not _checks_in_progress[0]
+        # XLA on the CPU cannot compile a captured packed handle: while the XLA
+        # check traces a step, variables use their copies' handles.
+        return super()._use_packed_variable() and not xla_check.tracing()
 
     def _get_replica(self, replica_id):
         device = _replica_device()

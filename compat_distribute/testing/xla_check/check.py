@@ -12,25 +12,31 @@ from compat_distribute.testing.xla_check.report import TPUCompatibilityReport
 from compat_distribute.testing.xla_check.walker import Walker
 
 
-_TRACING = threading.local()
+# Process-wide, not per thread: MirroredStrategy traces each replica's step in
+# a thread of its own.
+_TRACING = [0]
+_TRACING_LOCK = threading.Lock()
 
 
 def tracing():
-    """True while this thread traces a step for a check.
+    """True while a step is traced for a check.
 
     A strict fake TPU's `run` asks, so the check's own trace of a step is not
-    checked again from inside (and cannot raise there).
+    checked again from inside (and cannot raise there); the fake's variables
+    ask, since XLA on the CPU cannot compile a captured packed handle.
     """
-    return getattr(_TRACING, "depth", 0) > 0
+    return _TRACING[0] > 0
 
 
 @contextlib.contextmanager
 def _tracing():
-    _TRACING.depth = getattr(_TRACING, "depth", 0) + 1
+    with _TRACING_LOCK:
+        _TRACING[0] += 1
     try:
         yield
     finally:
-        _TRACING.depth -= 1
+        with _TRACING_LOCK:
+            _TRACING[0] -= 1
 
 
 def _as_graph(graph_or_function):
@@ -92,11 +98,6 @@ def _replica_step(fn, strategy, args, kwargs):
     return replica_step, specs
 
 
-def _captures_packed_variable(concrete):
-    # A packed handle lives on a COMPOSITE device; XLA on the CPU refuses it.
-    return any("COMPOSITE" in getattr(t, "device", "") for t in concrete.captured_inputs)
-
-
 def _static(specs):
     return [
         (
@@ -153,8 +154,7 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibility
     walker = Walker()
     walker.walk_graph(concrete.graph)
 
-    packed = _captures_packed_variable(concrete)
-    if (strategy is None or strategy.num_replicas_in_sync == 1) and not packed:
+    if strategy is None or strategy.num_replicas_in_sync == 1:
         # A TPU step always sees static shapes (TPUStrategy's input pipeline pads
         # or drops the partial batch), so unknown dimensions compile as 1.
         with _tracing():
@@ -165,12 +165,7 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibility
     else:
         message, compiled = None, None
     compiling.attach_messages(walker, message)
-    if compiled is None and packed:
-        note = (
-            "not compiled as a whole: the step reads packed variables (one handle for every "
-            "replica), which compile only inside TPU replication; each flagged op was compiled alone"
-        )
-    elif compiled is None:
+    if compiled is None:
         note = (
             f"not compiled as a whole: {strategy.num_replicas_in_sync} replicas span several "
             "devices; each flagged op was compiled alone"
