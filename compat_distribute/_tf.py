@@ -29,6 +29,8 @@ INTERNALS = {
     "check_destinations": f"{_DISTRIBUTE}.cross_device_ops:check_destinations",
     # The V1 multi-step loop's context object.
     "MultiStepContext": f"{_DISTRIBUTE}.input_lib:MultiStepContext",
+    # TPU discovery: what TPUClusterResolver() reads from the environment.
+    "TPUClient": "tensorflow.python.tpu.client.client:Client",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
