@@ -27,6 +27,7 @@ MAX_STEPS_PER_RUN = 10_000
 DEFAULT_TIMEOUT_S = 300
 MAX_TIMEOUT_S = 86_400
 VERBOSE_FLAGS = ("--verbose", "-v")
+COMMANDS = ("smoke",)
 
 # The targets of this process's runs. Their input iterators are destroyed by
 # ending the process, not before: in TensorFlow 2.21 destroying one can wait
@@ -83,9 +84,8 @@ def build_parser():
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     parser.add_argument(
-        "command", choices=("smoke",), metavar="COMMAND", help="smoke: run the smoke checks"
+        "command", choices=COMMANDS, metavar="COMMAND", help="smoke: run the smoke checks"
     )
-    parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 
@@ -157,9 +157,11 @@ def build_smoke_parser():
 def main(argv=None):
     """Parses `argv` (default sys.argv[1:]) and runs the command; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    top = build_parser().parse_args(argv)
+    # The first word that is not an option is the command; what follows is its own.
+    split = next((i for i, word in enumerate(argv) if not word.startswith("-")), len(argv))
+    build_parser().parse_args(argv[: split + 1])
     smoke_parser = build_smoke_parser()
-    args = smoke_parser.parse_args(top.args)
+    args = smoke_parser.parse_args(argv[split + 1 :])
     _check_topology(args, smoke_parser)
     return _smoke(args)
 

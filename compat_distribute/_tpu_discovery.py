@@ -170,6 +170,7 @@ def require_tpu_for(resolver):
     if resolver.master() or _tpu_devices_attached():
         return
     raise TPUUnreachableError(
-        f"no TPU found: {resolver!r} names the TPU of this host (no worker address), "
-        f"and TensorFlow sees no TPU device here. {USE_THE_FAKE}"
+        "no TPU found: the TPUClusterResolver has no worker address (as with "
+        "tpu='local'), so it means a TPU attached to this host, and TensorFlow sees "
+        f"no TPU device here. {USE_THE_FAKE}"
     )
