@@ -49,7 +49,9 @@ class HeldBack:
     def show(self, stream, why):
         lines = self.lines()
         if lines:
-            stream.write(f"TensorFlow's native log (last {len(lines)} lines), shown because {why}:\n")
+            stream.write(
+                f"TensorFlow's native log (last {len(lines)} lines), shown because {why}:\n"
+            )
             stream.write("".join(f"  {line}\n" for line in lines))
             stream.flush()
 

@@ -114,7 +114,9 @@ def connect(name, *, timeout=DEFAULT_TIMEOUT_S, connect_fn=None):
     itself cannot be cancelled; the caller is expected to end the process).
     """
     if connect_fn is None:
-        return _within(timeout, lambda: connect_and_initialize(name, timeout), name, "connect and initialise")
+        return _within(
+            timeout, lambda: connect_and_initialize(name, timeout), name, "connect and initialise"
+        )
     return _within(timeout, lambda: connect_fn(name), name, "connect and initialise")
 
 
@@ -156,21 +158,20 @@ def _within(timeout, fn, name, what):
 
 
 def require_tpu_for(resolver):
-    """Raises `TPUUnreachableError` when `resolver` means this host's TPU and there is none.
+    """Raises `TPUUnreachableError` when `resolver` finds no TPU core.
 
-    A `TPUClusterResolver` without a worker address ("local") runs on the TPU
-    chips of this host; without any, TensorFlow's TPUStrategy fails with an
-    IndexError deep inside. Resolvers with an address are checked when they
-    connect.
+    TensorFlow's TPUStrategy indexes the resolver's TPU devices and fails with
+    an IndexError when there are none (`TPUClusterResolver(tpu="local")` on a
+    host without a TPU). The device listing is asked only when this host has
+    no TPU attached; TensorFlow asks the same right after.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     if not isinstance(resolver, tf.distribute.cluster_resolver.TPUClusterResolver):
         return
-    if resolver.master() or _tpu_devices_attached():
+    if _tpu_devices_attached() or resolver.get_tpu_system_metadata().num_cores:
         return
     raise TPUUnreachableError(
-        "no TPU found: the TPUClusterResolver has no worker address (as with "
-        "tpu='local'), so it means a TPU attached to this host, and TensorFlow sees "
-        f"no TPU device here. {USE_THE_FAKE}"
+        "no TPU found: the TPUClusterResolver finds no TPU core (with tpu='local', "
+        f"none is attached to this host). {USE_THE_FAKE}"
     )

@@ -97,7 +97,8 @@ def test_bad_command_exits_2(args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(args)
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"compat-distribute: error: {message}"
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"compat-distribute: error: {message}"
 
 
 def test_version(capsys):

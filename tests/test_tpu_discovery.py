@@ -31,10 +31,9 @@ def test_tpu_strategy_on_this_hosts_tpu_without_one_says_use_the_fake(no_tpu_in_
     with pytest.raises(_tpu_discovery.TPUUnreachableError) as raised:
         compat_distribute.TPUStrategy(resolver, steps_per_run=2)
     assert str(raised.value) == (
-        "no TPU found: the TPUClusterResolver has no worker address (as with "
-        "tpu='local'), so it means a TPU attached to this host, and TensorFlow sees "
-        "no TPU device here. To run TPU code without a TPU, use the fake: wrap it in "
-        "`with compat_distribute.testing.fake_tpu(): ...`, or run "
+        "no TPU found: the TPUClusterResolver finds no TPU core (with tpu='local', "
+        "none is attached to this host). To run TPU code without a TPU, use the fake: "
+        "wrap it in `with compat_distribute.testing.fake_tpu(): ...`, or run "
         "`compat-distribute smoke --tpu=fake`."
     )
 
