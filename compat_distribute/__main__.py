@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import threading
+import traceback
 
 from compat_distribute import _exit
 from compat_distribute import _native_log
@@ -280,6 +281,12 @@ def entry(argv=None):
         code = main(argv)
     except SystemExit as e:  # argparse: --help, --version, usage errors
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except KeyboardInterrupt:
+        _say(f"{PROG}: interrupted", sys.stderr)
+        code = 130
+    except Exception:  # pylint: disable=broad-except
+        traceback.print_exc()  # a bug in this command: its traceback, then the usual exit
+        code = 1
     if native_log is not None and code not in (0, 2):
         native_log.show(sys.stderr, why="the run failed")
     _exit.end_process(code)
