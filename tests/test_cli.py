@@ -157,7 +157,7 @@ def test_json_run_on_the_fake_tpu_prints_the_report_alone_and_leaves_tmpdir_empt
     assert report["device"] == "fake TPU v3-8 (8 cores on 8 virtual CPU devices)"
     assert report["replicas"] == 8
     assert report["steps_per_run"] == 2
-    assert report["topology"] == "v3-8"
+    assert (report["hardware"], report["topology"]) == ("fake_tpu", "v3-8")
     assert [c["name"] for c in report["checks"]] == list(smoke.CHECK_NAMES)
     for check in report["checks"]:
         assert set(check) == {"name", "ok", "detail", "seconds", "skipped"}

@@ -106,7 +106,7 @@ def fake_tpu_target(topology, steps_per_run):
         replicas=cores,
         steps_per_run=steps_per_run,
         split_strategy=split if cores >= 2 else None,
-        info={"backend": "fake_tpu", "topology": topology},
+        info={"hardware": "fake_tpu", "topology": topology},
     )
 
 
@@ -123,7 +123,7 @@ def _real_tpu_target(backend, steps_per_run):
         replicas=cores,
         steps_per_run=steps_per_run,
         split_strategy=split if cores >= 2 else None,
-        info={"backend": "tpu", "tpu": backend.tpu_name},
+        info={"hardware": "tpu", "tpu": backend.tpu_name},
     )
 
 
@@ -149,7 +149,7 @@ def gpu_target(steps_per_run):
         device=f"{len(gpus)} GPU(s) via MultiWorkerMirroredStrategy",
         replicas=len(gpus),
         steps_per_run=steps_per_run,
-        info={"backend": "gpu"},
+        info={"hardware": "gpu"},
     )
 
 
