@@ -38,7 +38,7 @@ class TPUHere:
     why: str
 
 
-def shown(name):
+def _shown(name):
     return "the TPU named by the environment" if name is None else f"TPU {name!r}"
 
 
@@ -99,7 +99,7 @@ def connect_and_initialize(name, timeout=DEFAULT_TIMEOUT_S):
     if name != "local":
         master = resolver.master()
         if not master:
-            raise TPUUnreachableError(f"{shown(name)} has no worker address")
+            raise TPUUnreachableError(f"{_shown(name)} has no worker address")
         _probe(master, timeout)
         tf.config.experimental_connect_to_cluster(resolver)
     topology = tf.tpu.experimental.initialize_tpu_system(resolver)
@@ -144,7 +144,7 @@ def _within(timeout, fn, name, what):
         frame = sys._current_frames().get(thread.ident)  # pylint: disable=protected-access
         stack = "".join(traceback.format_stack(frame)) if frame else "(no stack)\n"
         raise TPUUnreachableError(
-            f"{shown(name)} did not {what} within {timeout:g} s. The call was blocked at:\n{stack}"
+            f"{_shown(name)} did not {what} within {timeout:g} s. The call was blocked at:\n{stack}"
         )
     if "error" in outcome:
         e = outcome["error"]
@@ -152,7 +152,7 @@ def _within(timeout, fn, name, what):
             raise e
         first_line = (str(e).strip().splitlines() or [""])[0]
         raise TPUUnreachableError(
-            f"{shown(name)} is not reachable: {type(e).__name__}: {first_line}"
+            f"{_shown(name)} is not reachable: {type(e).__name__}: {first_line}"
         ) from e
     return outcome.get("result")
 
