@@ -13,6 +13,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # pylint: disable=wrong-import-position
 
+from compat_distribute import _exit  # pylint: disable=wrong-import-position
+
 DEVICES = 8
 STEPS = 20
 WIDTH = 64
@@ -202,10 +204,6 @@ def main():
 
 if __name__ == "__main__":
     main()
-    # The results are written. Destroying the benchmark's infinite tf.data
-    # iterators can block for minutes in TensorFlow 2.21 (the iterator's thread
-    # pool waits for its prefetch thread), at garbage collection and at
-    # interpreter exit alike: end without running destructors.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    # The results are written; TensorFlow 2.21 can block for minutes destroying
+    # the benchmark's infinite tf.data iterators at exit.
+    _exit.end_process(0)

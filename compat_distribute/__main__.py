@@ -1,10 +1,14 @@
 """The `compat-distribute` command (also `python -m compat_distribute`).
 
-`compat-distribute smoke` runs the checks of `compat_distribute.smoke` on a
-fake TPU (default), a real TPU (`--tpu NAME`) or whatever is there
+`compat-distribute smoke` runs the checks of `compat_distribute.smoke` on the
+fake TPU (default), a real TPU (`--tpu NAME`) or whatever is here
 (`--tpu auto`), prints one line per check and exits 0 only if all passed.
 Exit codes: 0 all passed, 1 a check failed or the hardware was unreachable,
-2 bad command line.
+2 bad command line (checked before any TensorFlow or TPU look-up).
+
+Its output is the report alone: TensorFlow's native log lines (oneDNN, CUDA
+stubs, cuInit) are held back, and shown only when the run fails, unless
+`--verbose` is given or TF_CPP_MIN_LOG_LEVEL is set by the user.
 """
 
 import argparse
@@ -13,44 +17,86 @@ import json
 import os
 import sys
 import threading
+import traceback
+
+from compat_distribute import _exit
+from compat_distribute import _native_log
 
 PROG = "compat-distribute"
 DEFAULT_STEPS_PER_RUN = 4
+MAX_STEPS_PER_RUN = 10_000
 DEFAULT_TIMEOUT_S = 300
+MAX_TIMEOUT_S = 86_400
+VERBOSE_FLAGS = ("--verbose", "-v")
+COMMANDS = ("smoke",)
+
+# The targets of this process's runs. Their input iterators are destroyed by
+# ending the process, not before: in TensorFlow 2.21 destroying one can wait
+# seconds to a minute (see compat_distribute._exit).
+_KEPT_UNTIL_EXIT = []
 
 
-def _positive_int(text):
+def _version():
+    import compat_distribute  # pylint: disable=g-import-not-at-top
+
+    return compat_distribute.__version__
+
+
+def _steps_per_run(text):
     try:
         value = int(text)
     except ValueError:
         value = None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive int (>= 1); got {text!r}")
+    if value is None or not 1 <= value <= MAX_STEPS_PER_RUN:
+        raise argparse.ArgumentTypeError(
+            f"must be an int from 1 to {MAX_STEPS_PER_RUN}; got {text!r}"
+        )
     return value
 
 
-def _positive_seconds(text):
+def _seconds(text):
     try:
         value = float(text)
     except ValueError:
         value = None
-    if value is None or not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0; got {text!r}")
+    if value is None or not 0 < value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds > 0 and <= {MAX_TIMEOUT_S}; got {text!r}"
+        )
     return value
 
 
-def build_parser():
-    from compat_distribute import smoke  # pylint: disable=g-import-not-at-top
+def _tpu(text):
+    from compat_distribute.testing import _settings  # pylint: disable=g-import-not-at-top
 
+    parse = next(o.parse for o in _settings.OPTIONS if o.name == "tpu")
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e}; got {text!r}") from None
+
+
+def build_parser():
+    """The top-level parser: `--version` and the command name; no TensorFlow."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="TF1 distribution code on TF2: tools.",
+        epilog=f"Run '{PROG} COMMAND --help' for a command's options.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument(
+        "command", choices=COMMANDS, metavar="COMMAND", help="smoke: run the smoke checks"
+    )
+    return parser
+
+
+def build_smoke_parser():
+    """The `smoke` command's parser (imports TensorFlow, for the topology names)."""
+    from compat_distribute import smoke  # pylint: disable=g-import-not-at-top
+
     checks = "\n".join(f"  {c.name:<20} {c.what}" for c in smoke.CHECKS)
-    sub = commands.add_parser(
-        "smoke",
-        help="run the smoke checks on a (fake) TPU or GPUs",
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} smoke",
         description=(
             "Runs TF1-style distribution code through the compat_distribute\n"
             "shims and checks the results:\n" + checks
@@ -61,47 +107,64 @@ def build_parser():
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub.add_argument(
+    parser.add_argument(
         "--tpu",
-        metavar="NAME",
-        help="a real TPU (a TPUClusterResolver name, a grpc:// address or 'local'); "
-        "'auto' picks a reachable TPU, else the local GPUs, else the fake TPU. "
-        "Default: the fake TPU.",
+        metavar="fake|auto|NAME",
+        type=_tpu,
+        default="fake",
+        help="'fake' (default): the fake TPU on virtual CPU devices; 'auto': a TPU "
+        "configured here, else the local GPUs, else the fake; NAME: that TPU "
+        "(a TPUClusterResolver name, a grpc:// address or 'local')",
     )
-    sub.add_argument(
+    parser.add_argument(
         "--topology",
+        choices=smoke.topologies(),
         default=None,
-        help=f"the fake TPU's topology (default {smoke.DEFAULT_TOPOLOGY}); see "
-        "compat_distribute.testing.TOPOLOGIES for the presets",
+        help=f"the fake TPU's topology: {', '.join(smoke.topologies())} "
+        f"(default {smoke.DEFAULT_TOPOLOGY})",
     )
-    sub.add_argument(
+    parser.add_argument(
         "--steps-per-run",
-        type=_positive_int,
+        type=_steps_per_run,
         default=DEFAULT_STEPS_PER_RUN,
         metavar="N",
-        help=f"the strategy's steps_per_run: steps per on-device loop (default "
-        f"{DEFAULT_STEPS_PER_RUN})",
+        help=f"the strategy's steps_per_run: steps per on-device loop, 1 to "
+        f"{MAX_STEPS_PER_RUN} (default {DEFAULT_STEPS_PER_RUN})",
     )
-    sub.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    sub.add_argument(
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=_seconds,
         default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
         help=f"give up (and dump stacks) after this long (default {DEFAULT_TIMEOUT_S})",
     )
-    # For testing the failure path: fails the named check after it ran.
-    sub.add_argument("--inject-failure", choices=smoke.CHECK_NAMES, help=argparse.SUPPRESS)
-    return parser, sub
+    parser.add_argument(
+        "--inject-failure",
+        choices=smoke.CHECK_NAMES,
+        metavar="CHECK",
+        help="fail the named check after it ran, to try the failure path "
+        "(one of the checks above)",
+    )
+    parser.add_argument(
+        *VERBOSE_FLAGS,
+        dest="verbose",
+        action="store_true",
+        help="let TensorFlow's native log lines through to stderr",
+    )
+    return parser
 
 
 def main(argv=None):
-    parser, smoke_parser = build_parser()
-    # Unknown flags are reported by the command's own parser, with its usage.
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        smoke_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    return _smoke(args, smoke_parser)
+    """Parses `argv` (default sys.argv[1:]) and runs the command; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The first word that is not an option is the command; what follows is its own.
+    split = next((i for i, word in enumerate(argv) if not word.startswith("-")), len(argv))
+    build_parser().parse_args(argv[: split + 1])
+    smoke_parser = build_smoke_parser()
+    args = smoke_parser.parse_args(argv[split + 1 :])
+    _check_topology(args, smoke_parser)
+    return _smoke(args)
 
 
 def _check_topology(args, parser):
@@ -110,16 +173,10 @@ def _check_topology(args, parser):
     if args.topology is None:
         args.topology = smoke.DEFAULT_TOPOLOGY
         return
-    if args.tpu not in (None, "auto"):
+    if args.tpu != "fake" and args.tpu != "auto":
         parser.error(
             f"argument --topology: applies to the fake TPU only; got --topology "
             f"{args.topology} with --tpu {args.tpu}. Drop --topology."
-        )
-    presets = smoke.topologies()
-    if args.topology not in presets:
-        parser.error(
-            f"argument --topology: unknown topology {args.topology!r}; choose from "
-            f"{', '.join(presets)}"
         )
 
 
@@ -146,6 +203,7 @@ class _Watchdog:
         )
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stdout.flush()
+        # TensorFlow is stuck: its atexit handlers could block too, so skip them.
         os._exit(1)  # pylint: disable=protected-access
 
     def start(self):
@@ -156,11 +214,7 @@ class _Watchdog:
         self._timer.cancel()
 
 
-def _smoke(args, parser):
-    _check_topology(args, parser)
-    # Before TensorFlow's runtime starts: logs, then the devices (the targets
-    # create the virtual devices they need).
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+def _smoke(args):
     from compat_distribute import smoke  # pylint: disable=g-import-not-at-top
 
     watchdog = _Watchdog(args.timeout).start()
@@ -170,29 +224,23 @@ def _smoke(args, parser):
         watchdog.stop()
 
 
-def _target(args, smoke):
-    if args.tpu is None:
-        return smoke.fake_tpu_target(args.topology, args.steps_per_run)
-    if args.tpu == "auto":
-        return smoke.auto_target(args.steps_per_run, args.topology)
-    return smoke.tpu_target(args.tpu, args.steps_per_run)
-
-
 def _run_smoke(args, smoke, watchdog):
     watchdog.stage = "setting up the hardware"
     try:
-        target = _target(args, smoke)
-    except smoke.Unreachable as e:
-        reason = f"{PROG} smoke: error: {e}"
+        target = smoke.target_for(
+            args.tpu, args.steps_per_run, topology=args.topology, timeout=args.timeout
+        )
+    except smoke.TPUUnreachableError as e:
         if args.json:
-            wanted = "TPU " + args.tpu if args.tpu else "fake TPU"
+            wanted = "fake TPU" if args.tpu == "fake" else f"TPU {args.tpu}"
             _say(
                 json.dumps(
                     {"ok": False, "device": wanted, "replicas": 0, "checks": [], "error": str(e)}
                 )
             )
-        _say(reason, sys.stderr)
+        _say(f"{PROG} smoke: error: {e}", sys.stderr)
         return 1
+    _KEPT_UNTIL_EXIT.append(target)
 
     if not args.json:
         _say(smoke.format_header(target))
@@ -220,16 +268,28 @@ def _run_smoke(args, smoke, watchdog):
     return 0 if report.ok else 1
 
 
-def entry():
-    """The console script: `main()`, then end the process.
+def entry(argv=None):
+    """The console script: `main()` with TensorFlow's native log held back, then exit.
 
-    TensorFlow 2.21 can block for minutes at interpreter exit destroying
-    tf.data iterators; the report is out by then, so skip that teardown.
+    The process ends through `compat_distribute._exit.end_process` (TensorFlow
+    2.21 can block for minutes at interpreter exit; the report is out by then).
     """
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    wanted = any(flag in argv for flag in VERBOSE_FLAGS) or "TF_CPP_MIN_LOG_LEVEL" in os.environ
+    native_log = None if wanted else _native_log.hold_back()
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse: --help, --version, usage errors
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except KeyboardInterrupt:
+        _say(f"{PROG}: interrupted", sys.stderr)
+        code = 130
+    except Exception:  # pylint: disable=broad-except
+        traceback.print_exc()  # a bug in this command: its traceback, then the usual exit
+        code = 1
+    if native_log is not None and code not in (0, 2):
+        native_log.show(sys.stderr, why="the run failed")
+    _exit.end_process(code)
 
 
 if __name__ == "__main__":

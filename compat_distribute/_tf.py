@@ -32,6 +32,8 @@ INTERNALS = {
     # Keras: the graph whose call-time captures multi_step_fix() moves out of
     # control flow (keras-team/keras#19246).
     "FuncGraph": "tensorflow.python.framework.func_graph:FuncGraph",
+    # TPU discovery: what TPUClusterResolver() reads from the environment.
+    "TPUClient": "tensorflow.python.tpu.client.client:Client",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on

@@ -10,6 +10,7 @@ resolver gets a real `tf.distribute.TPUStrategy`.
 from compat_distribute import _members
 from compat_distribute import _steps
 from compat_distribute import _tf
+from compat_distribute import _tpu_discovery
 from compat_distribute import _validate
 
 
@@ -63,6 +64,7 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
 
     def __init__(self, tpu_cluster_resolver=None, steps_per_run=None, device_assignment=None):
         steps, assignment = _check_args(tpu_cluster_resolver, steps_per_run, device_assignment)
+        _tpu_discovery.require_tpu_for(tpu_cluster_resolver)
         super().__init__(tpu_cluster_resolver, experimental_device_assignment=assignment)
         self.extended.__class__ = _TPUExtended
         self.extended.steps_per_run = steps

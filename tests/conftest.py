@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+from compat_distribute import _exit
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -33,11 +35,10 @@ def run_python_fixture():
     return run_python
 
 
-# TensorFlow 2.21 can block for minutes at interpreter exit while it destroys
-# tf.data iterators whose prefetch threads are still parked (seen in
-# UnboundedThreadPool::LogicalThreadWrapper's destructor). Every result is
-# reported by then, so the session ends the process itself, with pytest's
-# exit status, once every other plugin has unconfigured.
+# TensorFlow 2.21 can block for minutes at interpreter exit (see
+# compat_distribute._exit). Every result is reported by then, so the session
+# ends the process itself, with pytest's exit status, once every other plugin
+# has unconfigured.
 _EXIT_STATUS = []
 
 
@@ -48,6 +49,4 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     if _EXIT_STATUS and not hasattr(config, "workerinput"):  # not inside an xdist worker
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_EXIT_STATUS[-1])
+        _exit.end_process(_EXIT_STATUS[-1])

@@ -1,0 +1,217 @@
+"""The `compat-distribute` command line.
+
+Usage errors, --help and --version are tested in process (they stop before
+any TensorFlow runtime or TPU look-up). Runs go through the console entry
+point in subprocesses, as a user types them: a passing `--json` run on the
+default fake TPU with a fresh TMPDIR, and a text run with an injected failure.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+import compat_distribute
+from compat_distribute import __main__ as cli
+from compat_distribute import smoke
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*args, env=None, timeout=300):
+    """Runs `python -m compat_distribute ARGS` (the console entry point) as a user would."""
+    full_env = dict(os.environ, PYTHONPATH=REPO)
+    full_env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # unless the test sets it, as a user would
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "compat_distribute", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=REPO,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["smoke", "--steps-per-run", "0"],
+            "argument --steps-per-run: must be an int from 1 to 10000; got '0'",
+        ),
+        (
+            ["smoke", "--steps-per-run", "10001"],
+            "argument --steps-per-run: must be an int from 1 to 10000; got '10001'",
+        ),
+        (
+            ["smoke", "--timeout", "-1"],
+            "argument --timeout: must be a number of seconds > 0 and <= 86400; got '-1'",
+        ),
+        (
+            ["smoke", "--topology", "v9-99"],
+            "argument --topology: invalid choice: 'v9-99' (choose from 'v2-8', 'v3-8', 'v4-8')",
+        ),
+        (
+            ["smoke", "--tpu", ""],
+            "argument --tpu: expected 'fake', 'auto' or the name of a TPU (no spaces); got ''",
+        ),
+        (["smoke", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (
+            ["smoke", "--tpu", "x", "--topology", "v3-8"],
+            "argument --topology: applies to the fake TPU only; got --topology v3-8 with "
+            "--tpu x. Drop --topology.",
+        ),
+        (
+            ["smoke", "--inject-failure", "nope"],
+            "argument --inject-failure: invalid choice: 'nope'",
+        ),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_flag(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: compat-distribute smoke ")
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("compat-distribute smoke: error: ")
+    assert message in last
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "the following arguments are required: COMMAND"),
+        (["smok"], "argument COMMAND: invalid choice: 'smok' (choose from 'smoke')"),
+    ],
+)
+def test_bad_command_exits_2(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(args)
+    assert exit_info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"compat-distribute: error: {message}"
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"compat-distribute {compat_distribute.__version__}\n"
+
+
+def test_smoke_help_lists_every_option_checks_and_topologies(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["smoke", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    options = [s for a in cli.build_smoke_parser()._actions for s in a.option_strings]
+    assert "--inject-failure" in options and "--verbose" in options
+    for option in options:
+        assert option in out, option
+    for name in smoke.CHECK_NAMES:
+        assert f"\n  {name} " in out, name
+    assert "the fake TPU's topology: v2-8, v3-8, v4-8 (default v3-8)" in " ".join(out.split())
+
+
+def test_unreachable_tpu_fails_fast_with_reason(capsys):
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    code = cli.main(["smoke", "--tpu", f"grpc://127.0.0.1:{port}", "--json"])
+    elapsed = time.monotonic() - start
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert elapsed < 10
+    reason = f"TPU worker 127.0.0.1:{port} does not answer: [Errno 111] Connection refused"
+    assert json.loads(out) == {
+        "ok": False,
+        "device": f"TPU grpc://127.0.0.1:{port}",
+        "replicas": 0,
+        "checks": [],
+        "error": reason,
+    }
+    assert err == f"compat-distribute smoke: error: {reason}\n"
+
+
+def test_json_run_on_the_fake_tpu_prints_the_report_alone_and_leaves_tmpdir_empty():
+    with tempfile.TemporaryDirectory() as tmpdir:
+        result = run_cli("smoke", "--json", "--steps-per-run", "2", env={"TMPDIR": tmpdir})
+        left = os.listdir(tmpdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""  # no oneDNN, CUDA stub or cuInit lines, no warnings
+    assert left == []  # AutoGraph's generated files are removed at exit
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    report = json.loads(lines[0])
+    assert report["ok"] is True
+    assert report["device"] == "fake TPU v3-8 (8 cores on 8 virtual CPU devices)"
+    assert report["replicas"] == 8
+    assert report["steps_per_run"] == 2
+    assert (report["hardware"], report["topology"]) == ("fake_tpu", "v3-8")
+    assert [c["name"] for c in report["checks"]] == list(smoke.CHECK_NAMES)
+    for check in report["checks"]:
+        assert set(check) == {"name", "ok", "detail", "seconds", "skipped"}
+        assert check["ok"] is True and check["skipped"] is False, check
+        assert isinstance(check["seconds"], float) and check["seconds"] >= 0
+    details = {c["name"]: c["detail"] for c in report["checks"]}
+    assert details["per_replica_values"].endswith("[0, 10, 20, 30, 40, 50, 60, 70]")
+    assert details["all_reduce"].startswith("sum of 1..8 = 36 in all 8 replicas")
+    assert details["run_steps"].startswith("counter 0 -> 2 after run_steps, -> 4 after")
+    assert details["dataset"].startswith("global batch 16 -> 8 x 2 per replica")
+    assert report["steps_per_second"] > 0
+    assert "experimental_run_v2 is deprecated; use run (renamed in TensorFlow 2.2)" in (
+        report["deprecation_warnings"]
+    )
+
+
+def test_text_run_with_injected_failure_shows_the_held_back_log():
+    result = run_cli(
+        "smoke", "--topology", "v2-8", "--steps-per-run", "1", "--inject-failure", "checkpoint"
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == (
+        "compat-distribute smoke: fake TPU v2-8 (8 cores on 8 virtual CPU devices), steps_per_run=1"
+    )
+    statuses = [line.split()[:2] for line in lines[1:9]]
+    assert statuses == [["FAIL" if n == "checkpoint" else "PASS", n] for n in smoke.CHECK_NAMES]
+    assert lines[-1].startswith(
+        "FAILED checkpoint: failure injected by --inject-failure (measured: 3 variables"
+    )
+    assert any(line.startswith("training: ") and "steps/s" in line for line in lines)
+    assert "7/8 checks passed in " in result.stdout
+    assert "\r" not in result.stderr  # not a TTY: no progress ticker
+    # A failed run shows what TensorFlow logged, after the report.
+    assert result.stderr.startswith("TensorFlow's native log (last ")
+    assert "lines), shown because the run failed:\n" in result.stderr
+    assert "is deprecated" not in result.stderr  # caught by the checks, not printed
+
+
+def test_verbose_lets_tensorflow_log_through_and_user_level_is_respected():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tpu = f"grpc://127.0.0.1:{port}"
+    verbose = run_cli("smoke", "--tpu", tpu, "--verbose", timeout=120)
+    quiet = run_cli("smoke", "--tpu", tpu, timeout=120)
+    user_level = run_cli("smoke", "--tpu", tpu, env={"TF_CPP_MIN_LOG_LEVEL": "0"}, timeout=120)
+    error = f"compat-distribute smoke: error: TPU worker 127.0.0.1:{port} does not answer"
+    assert verbose.returncode == quiet.returncode == user_level.returncode == 1
+    # Verbose, or a level the user set: TensorFlow's own lines come first.
+    for result in (verbose, user_level):
+        assert not result.stderr.startswith(error)
+        assert error in result.stderr
+        assert "native log" not in result.stderr
+    # Held back: the error first, then the log because the run failed.
+    assert quiet.stderr.startswith(error)
+    assert "TensorFlow's native log (last " in quiet.stderr
