@@ -56,7 +56,9 @@ def run_cli(*args, env=None, timeout=300):
         ),
         (
             ["smoke", "--topology", "v9-99"],
-            "argument --topology: invalid choice: 'v9-99' (choose from 'v2-8', 'v3-8', 'v4-8')",
+            "argument --topology: invalid choice: 'v9-99' (choose from "
+            + ", ".join(repr(t) for t in smoke.topologies())
+            + ")",
         ),
         (
             ["smoke", "--tpu", ""],
@@ -119,7 +121,9 @@ def test_smoke_help_lists_every_option_checks_and_topologies(capsys):
         assert option in out, option
     for name in smoke.CHECK_NAMES:
         assert f"\n  {name} " in out, name
-    assert "the fake TPU's topology: v2-8, v3-8, v4-8 (default v3-8)" in " ".join(out.split())
+    names = ", ".join(smoke.topologies())
+    assert f"the fake TPU's topology: {names} (default v3-8)" in " ".join(out.split())
+    assert {"v2-8", "v3-8", "v4-8", "v5litepod-8", "v5p-8", "v6e-8"} <= set(smoke.topologies())
 
 
 def test_unreachable_tpu_fails_fast_with_reason(capsys):
