@@ -1,4 +1,4 @@
-"""On-device step loops for eager TF2.
+"""On-device step loops for TF2, eager or in a TF1 graph.
 
 TF1 ran `steps_per_run` steps per `session.run` inside a `tf.while_loop`. In
 TF2 the same thing is a `tf.function` whose body loops over `tf.range`, so the
@@ -73,34 +73,74 @@ def _make_run_steps_loop(strategy, fn):
     return loop
 
 
+def _iterations_tensor(value):
+    """`iterations` as an int64 scalar tensor, read at each call.
+
+    TF 1.14 Keras passed `K.variable(steps)` and changed it between calls, so a
+    `tf.Variable` or scalar integer tensor is accepted besides an int. A value
+    known now (an int, or an eager tensor or variable) is checked now; a graph
+    tensor is checked when the loop runs.
+    """
+    import tensorflow as tf
+
+    if not (isinstance(value, (tf.Variable, tf.Tensor)) or tf.is_tensor(value)):
+        return _steps_tensor("iterations", value, 1)
+    hint = " Pass a Python int >= 1, or a tf.Variable or scalar integer tensor holding one."
+    if not value.dtype.is_integer or value.shape.rank != 0:
+        raise TypeError(
+            f"iterations must be a positive int or a scalar integer tensor; got a "
+            f"{type(value).__name__} of dtype {value.dtype.name} and shape "
+            f"{value.shape}.{hint}"
+        )
+    tensor = tf.cast(tf.convert_to_tensor(value), tf.int64)
+    if tf.executing_eagerly():
+        count = int(tensor.numpy())
+        if count < 1:
+            raise ValueError(
+                f"iterations must be a positive int (>= 1); got {count} "
+                f"(read from a {type(value).__name__}).{hint}"
+            )
+        return tensor
+    check = tf.debugging.assert_greater_equal(
+        tensor,
+        tf.constant(1, tf.int64),
+        message=f"iterations must be a positive int (>= 1).{hint}",
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(tensor)
+
+
 def experimental_run_steps_on_iterator(
     extended, fn, iterator, iterations=1, initial_loop_values=None
 ):
-    """V1 `StrategyExtended.experimental_run_steps_on_iterator`, in eager TF2.
+    """V1 `StrategyExtended.experimental_run_steps_on_iterator`, eager or graph.
 
     `fn(ctx, inputs)` is called with a `MultiStepContext` and
     `iterator.get_next()`, `iterations` times inside one `tf.function` loop.
-    Returns a `MultiStepContext`: `last_step_outputs` holds the values set with
-    `ctx.set_last_step_output` in the last step, `non_tensor_outputs` those set
-    with `ctx.set_non_tensor_output`, and `run_op` the number of steps that ran
-    (in TF1 it was the op to run them; in eager TF2 they have already run).
-    `initial_loop_values` is accepted for V1 compatibility; as in TF1, `fn`
-    does not see it.
+    `iterations` is an int, or a `tf.Variable` or scalar integer tensor read at
+    each call. Returns a `MultiStepContext`: `last_step_outputs` holds the
+    values set with `ctx.set_last_step_output` in the last step,
+    `non_tensor_outputs` those set with `ctx.set_non_tensor_output`, and
+    `run_op` the number of steps run, an output of the loop. In eager mode the
+    steps have run when the call returns; in graph mode, as in TF1, they run
+    when `run_op` or `last_step_outputs` is fetched, once per `Session.run`
+    whatever is fetched. `initial_loop_values` is accepted for V1
+    compatibility; as in TF1, `fn` does not see it.
     """
     del initial_loop_values
-    n = _steps_tensor("iterations", iterations, 1)
+    n = _iterations_tensor(iterations)
     key = ("run_steps_on_iterator", _fn_key(fn), id(iterator))
     loops = _cache(extended)
     entry = loops.get(key)
     if entry is None:
         entry = loops[key] = _make_iterator_loop(extended, fn, iterator)
     loop, traced = entry
-    outputs = loop(n)
+    outputs, steps_run = loop(n)
     template = traced["ctx"]
     ctx = _tf.multi_step_context(
         outputs, _tf.last_step_reduce_ops(template), template.non_tensor_outputs
     )
-    ctx.run_op = n
+    ctx.run_op = steps_run
     return ctx
 
 
@@ -117,10 +157,14 @@ def _make_iterator_loop(extended, fn, iterator):
         with strategy.scope():
             fn(ctx, iterator.get_next())
             outputs = dict(ctx.last_step_outputs)
+            # A loop output, so that fetching it in a graph runs the loop (a
+            # constant would run nothing).
+            steps_run = tf.constant(1, tf.int64)
             for _ in tf.range(iterations - 1):
                 fn(ctx, iterator.get_next())
                 outputs = dict(ctx.last_step_outputs)
-        return outputs
+                steps_run += 1
+        return outputs, steps_run
 
     return loop, traced
 

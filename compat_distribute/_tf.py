@@ -29,6 +29,9 @@ INTERNALS = {
     "check_destinations": f"{_DISTRIBUTE}.cross_device_ops:check_destinations",
     # The V1 multi-step loop's context object.
     "MultiStepContext": f"{_DISTRIBUTE}.input_lib:MultiStepContext",
+    # Legacy programs: AutoGraph's map from generated code to the user's lines,
+    # a stack of mappers per thread.
+    "source_mapper_stacks": "tensorflow.python.util.tf_stack:_source_mapper_stacks",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -75,3 +78,11 @@ def configure(extended, session_config, cluster_spec, task_type, task_id):
 
 def container_strategy(extended):
     return extended._container_strategy()
+
+
+def autograph_source_map():
+    """This thread's map of AutoGraph-generated (file, line) to (file, line, function)."""
+    import threading
+
+    stack = __getattr__("source_mapper_stacks").get(threading.get_ident())
+    return stack[-1].get_effective_source_map() if stack else {}
