@@ -1,4 +1,4 @@
-"""Regenerates the README's generated blocks: `python tools/readme.py [members] [bench]`.
+"""Regenerates the README's generated blocks: `python tools/readme.py [members] [spellings] [bench]`.
 
 A block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`.
 """
@@ -32,6 +32,13 @@ def members():
     return _members.migration_table()
 
 
+def spellings():
+    sys.path.insert(0, ROOT)
+    from compat_distribute import _routing
+
+    return _routing.spellings_markdown()
+
+
 def bench():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import run_all
@@ -40,5 +47,5 @@ def bench():
 
 
 if __name__ == "__main__":
-    for block in sys.argv[1:] or ["members"]:
-        update(block, {"members": members, "bench": bench}[block]())
+    for block in sys.argv[1:] or ["members", "spellings"]:
+        update(block, {"members": members, "spellings": spellings, "bench": bench}[block]())
