@@ -127,8 +127,11 @@ def experimental_run_steps_on_iterator(
     whatever is fetched. `initial_loop_values` is accepted for V1
     compatibility; as in TF1, `fn` does not see it.
     """
-    del initial_loop_values
     n = _iterations_tensor(iterations)
+    import tensorflow as tf
+
+    if not tf.executing_eagerly() and not tf.inside_function():
+        return _graph_loop(extended, fn, iterator, n, initial_loop_values)
     key = ("run_steps_on_iterator", _fn_key(fn), id(iterator))
     loops = _cache(extended)
     entry = loops.get(key)
@@ -167,6 +170,71 @@ def _make_iterator_loop(extended, fn, iterator):
         return outputs, steps_run
 
     return loop, traced
+
+
+def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
+    """The TF1 graph version: a `tf.while_loop` in the caller's graph, no `tf.function`.
+
+    As in TF1, `fn` builds ordinary graph ops (its variables are created the
+    TF1 way, not lifted out of a function), and what runs each step is what
+    `fn` returns and the outputs it sets. The first step is built before the
+    loop so that the loop carries outputs of a known structure; it runs
+    before the loop, which runs `iterations - 1` more.
+    """
+    import tensorflow as tf
+
+    if isinstance(extended, _tf.TPUExtended):  # a real TPU: TF's own TF1 loop
+        return _tf.tf1_run_steps_on_iterator(
+            extended, fn, iterator, tf.cast(iterations, tf.int32), initial_loop_values
+        )
+    strategy = _tf.container_strategy(extended)
+    ctx = _tf.MultiStepContext()
+
+    def step():
+        result = fn(ctx, iterator.get_next())
+        outputs = {
+            name: tuple(strategy.experimental_local_results(value))
+            for name, value in ctx.last_step_outputs.items()
+        }
+        return [r for r in tf.nest.flatten(result) if r is not None], outputs
+
+    # Every op of the first step depends on `iterations`, and so on its check.
+    with strategy.scope(), tf.control_dependencies([iterations]):
+        first_ops, first = step()
+        if not first_ops and not first:
+            raise ValueError(
+                "experimental_run_steps_on_iterator: in a graph, fn must return the "
+                "op(s) each step runs or set an output with "
+                "ctx.set_last_step_output(name, value); this fn did neither, so "
+                "nothing would run it (TF1 ran no step either). Return the train op."
+            )
+
+        def body(i, *flat):
+            del flat
+            ops, outputs = step()
+            flat = tf.nest.flatten(outputs)
+            # The count depends on the step, so fetching it alone runs the step.
+            with tf.control_dependencies(ops + flat):
+                return [i + 1] + [tf.identity(t) for t in flat]
+
+        with tf.control_dependencies(first_ops + tf.nest.flatten(first)):
+            start = tf.constant(1, tf.int64)
+        loop = tf.while_loop(
+            lambda i, *flat: i < iterations,
+            body,
+            [start] + tf.nest.flatten(first),
+            parallel_iterations=1,
+        )
+    outputs = tf.nest.pack_sequence_as(first, loop[1:])
+    reduce_ops = _tf.last_step_reduce_ops(ctx)
+    last = {
+        name: values[0] if reduce_ops.get(name) is not None else _tf.regroup(values)
+        for name, values in outputs.items()
+    }
+    done = _tf.multi_step_context(last, reduce_ops, ctx.non_tensor_outputs)
+    with tf.control_dependencies(loop[1:]):
+        done.run_op = tf.identity(loop[0])
+    return done
 
 
 class RunStepsMixin:
