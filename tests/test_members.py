@@ -511,17 +511,19 @@ def train(strategy):
 '''
 
 
-@pytest.fixture(name="user_module")
-def user_module_fixture(tmp_path, monkeypatch):
+@pytest.fixture(name="user_module", scope="module")
+def user_module_fixture(tmp_path_factory):
     import importlib
-
-    (tmp_path / "legacy_user_code.py").write_text(_USER_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module("legacy_user_code")
-    yield module
     import sys
 
-    del sys.modules["legacy_user_code"]
+    where = tmp_path_factory.mktemp("user_code")
+    (where / "legacy_user_code.py").write_text(_USER_MODULE)
+    sys.path.insert(0, str(where))
+    try:
+        yield importlib.import_module("legacy_user_code")
+    finally:
+        sys.path.remove(str(where))
+        del sys.modules["legacy_user_code"]
 
 
 def test_renamed_member_in_a_tf_function_warns_at_the_users_line(strategies, user_module):
