@@ -41,8 +41,14 @@ def test_bert_classifier_with_steps_per_loop_on_the_tpu(legacy_tpu):
     del legacy_tpu
     import bert_classifier_tpu
 
-    history = bert_classifier_tpu.main(tpu="grpc://10.240.1.2:8470")
+    with pytest.warns(DeprecationWarning) as caught:
+        history = bert_classifier_tpu.main(tpu="grpc://10.240.1.2:8470")
     assert_trained(history, [4, 8, 12, 16, 20, 24])
+    # Renamed members warn at the program's own lines, inside its tf.function too.
+    assert {(w.filename, str(w.message).split(" ")[0]) for w in caught} == {
+        (bert_classifier_tpu.__file__, "experimental_distribute_datasets_from_function"),
+        (bert_classifier_tpu.__file__, "experimental_run_v2"),
+    }
 
 
 def test_tf1_tpu_mnist_graph_loop_with_a_session(run_legacy_script):
