@@ -250,10 +250,11 @@ TABLE = (
         "initialize",
         WORKS,
         impl=_no_ops,
-        note="returns `[]`: eager TF2 needs no initialisation ops",
+        note="returns `[]`: no initialisation ops are needed, eager or in a graph (TPU set-up is "
+        "`tf.tpu.experimental.initialize_tpu_system`)",
     ),
     Member(
-        "finalize", WORKS, impl=_no_ops, note="returns `[]`: eager TF2 needs no finalisation ops"
+        "finalize", WORKS, impl=_no_ops, note="returns `[]`: no finalisation ops are needed, eager or in a graph"
     ),
     Member(
         "steps_per_run",
