@@ -145,7 +145,7 @@ def _configure(self, session_config=None, cluster_spec=None, task_type=None, tas
 
 
 def _no_ops(self):
-    """V1 `initialize()`/`finalize()`: the ops to run first/last; none in eager TF2."""
+    """V1 `initialize()`/`finalize()`: the ops to run first/last; TF2 strategies need none."""
     del self
     return []
 
@@ -254,7 +254,10 @@ TABLE = (
         "`tf.tpu.experimental.initialize_tpu_system`)",
     ),
     Member(
-        "finalize", WORKS, impl=_no_ops, note="returns `[]`: no finalisation ops are needed, eager or in a graph"
+        "finalize",
+        WORKS,
+        impl=_no_ops,
+        note="returns `[]`: no finalisation ops are needed, eager or in a graph",
     ),
     Member(
         "steps_per_run",

@@ -27,6 +27,12 @@ def _fn_key(fn):
     return fn
 
 
+# Step counts as int64 tensors, made once per count (a new eager constant per
+# call costs more than the rest of run_steps' Python work).
+_STEP_TENSORS = {}
+_STEP_TENSORS_MAX = 64
+
+
 def _steps_tensor(name, value, default):
     import tensorflow as tf
 
@@ -36,7 +42,14 @@ def _steps_tensor(name, value, default):
         default=default,
         hint=f" Pass {name}=None to run steps_per_run steps, or a count >= 1.",
     )
-    return tf.constant(steps, dtype=tf.int64)
+    if not tf.executing_eagerly():  # a graph's constant belongs to that graph
+        return tf.constant(steps, dtype=tf.int64)
+    tensor = _STEP_TENSORS.get(steps)
+    if tensor is None:
+        if len(_STEP_TENSORS) >= _STEP_TENSORS_MAX:
+            _STEP_TENSORS.clear()
+        tensor = _STEP_TENSORS[steps] = tf.constant(steps, dtype=tf.int64)
+    return tensor
 
 
 def run_steps(strategy, fn, iterator, steps=None):
@@ -63,12 +76,13 @@ def _make_run_steps_loop(strategy, fn):
 
     @tf.function(autograph=True)
     def loop(iterator, steps):
-        # The first step is outside the loop so that the loop carries outputs
-        # of a known structure.
-        outputs = strategy.run(fn, args=(next(iterator),))
+        # The last step is after the loop, which then carries no outputs: the
+        # loop is the TPU guide's hand-written one (carrying every replica's
+        # outputs through each iteration costs time). Automatic control
+        # dependencies order it after the loop (same iterator, same variables).
         for _ in tf.range(steps - 1):
-            outputs = strategy.run(fn, args=(next(iterator),))
-        return outputs
+            strategy.run(fn, args=(next(iterator),))
+        return strategy.run(fn, args=(next(iterator),))
 
     return loop
 
