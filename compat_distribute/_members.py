@@ -321,9 +321,9 @@ TABLE = (
         WORKS,
         EXTENDED,
         impl=_steps.experimental_run_steps_on_iterator,
-        note="one `tf.function` loop, eager or in a TF1 graph; `iterations` may be a "
-        "`tf.Variable` or scalar tensor, read at each call; `run_op` is the step count, "
-        "and fetching it in a `Session` runs the steps",
+        note="one on-device loop (a `tf.function` in eager mode, a `tf.while_loop` in a TF1 "
+        "graph); `iterations` may be a `tf.Variable` or scalar tensor, read at each call; "
+        "`run_op` is the step count, and fetching it in a `Session` runs the steps",
     ),
 )
 

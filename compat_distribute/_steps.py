@@ -130,8 +130,8 @@ def experimental_run_steps_on_iterator(
     """V1 `StrategyExtended.experimental_run_steps_on_iterator`, eager or graph.
 
     `fn(ctx, inputs)` is called with a `MultiStepContext` and
-    `iterator.get_next()`, `iterations` times inside one `tf.function` loop.
-    `iterations` is an int, or a `tf.Variable` or scalar integer tensor read at
+    `iterator.get_next()`, `iterations` times inside one loop: a `tf.function`
+    in eager mode, a `tf.while_loop` in a TF1 graph. `iterations` is an int, or a `tf.Variable` or scalar integer tensor read at
     each call. Returns a `MultiStepContext`: `last_step_outputs` holds the
     values set with `ctx.set_last_step_output` in the last step,
     `non_tensor_outputs` those set with `ctx.set_non_tensor_output`, and
