@@ -77,9 +77,11 @@ def test_distribution_utils_tpu_flag_on_the_tpu(legacy_tpu):
     del legacy_tpu
     import distribution_utils_flags
 
-    history = distribution_utils_flags.train_with_flags(
-        {"distribution_strategy": "tpu", "tpu": "my-tpu"}
-    )
+    with pytest.warns(DeprecationWarning, match="experimental_run_v2 is deprecated") as caught:
+        history = distribution_utils_flags.train_with_flags(
+            {"distribution_strategy": "tpu", "tpu": "my-tpu"}
+        )
+    assert {w.filename for w in caught} == {distribution_utils_flags.__file__}
     assert_trained(history, list(range(1, 13)), falls_by=0.5)
 
 
