@@ -23,6 +23,12 @@ def assert_trained(history, steps, *, falls_by=0.8):
     assert losses[-1] < falls_by * losses[0], losses
 
 
+def logged_steps(lines):
+    """[(step, loss)] from a script's "step N loss X" lines."""
+    logged = [re.fullmatch(r"step (\d+) loss ([0-9.]+)", line) for line in lines]
+    return [(int(m.group(1)), float(m.group(2))) for m in logged if m]
+
+
 def installed_main(module, function="main", *args):
     """In a cluster worker: install(), then the program's entry point, unchanged."""
     import compat_distribute
@@ -53,9 +59,13 @@ def test_bert_classifier_with_steps_per_loop_on_the_tpu(legacy_tpu):
 
 def test_tf1_tpu_mnist_graph_loop_with_a_session(run_legacy_script):
     lines = run_legacy_script("tpu_mnist_graph_loop.py", "--train_steps=24", "--steps_per_run=4")
-    logged = [re.fullmatch(r"step (\d+) loss ([0-9.]+)", line) for line in lines]
-    history = [(int(m.group(1)), float(m.group(2))) for m in logged if m]
-    assert_trained(history, [4, 8, 12, 16, 20, 24], falls_by=0.9)
+    assert_trained(logged_steps(lines), [4, 8, 12, 16, 20, 24], falls_by=0.9)
+
+
+def test_tf1_fit_loop_with_steps_per_run_in_a_variable(run_legacy_script):
+    history = logged_steps(run_legacy_script("tpu_fit_loop_variable_steps.py"))
+    # 10 steps per epoch in runs of 4, 4 and 2 (the variable set to the rest).
+    assert_trained(history, [4, 8, 10, 14, 18, 20], falls_by=0.5)
 
 
 def test_model_training_utils_loop_on_two_workers():
