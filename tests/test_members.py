@@ -341,12 +341,10 @@ def check_renamed(strategy, row, r):
     assert served == expected
     assert f"use {row.new} (renamed in TensorFlow {row.version})" in row.message
     if row.name == "experimental_run_v2":  # the call TF 2.0-2.1 code makes
-        fn = served if r.mode == "graph" else None
-        result = (
-            fn(lambda: tf.constant(3.0))
-            if fn
-            else tf.function(lambda: served(lambda: tf.constant(3.0)))()
-        )
+        if r.mode == "graph":
+            result = served(lambda: tf.constant(3.0))
+        else:
+            result = tf.function(lambda: served(lambda: tf.constant(3.0)))()
         assert r.value(strategy.reduce("SUM", result)) == 3.0 * replicas(strategy)
 
 
