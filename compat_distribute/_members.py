@@ -19,6 +19,8 @@ The README's migration table is generated from `TABLE` (see `migration_table`).
 """
 
 import dataclasses
+import os
+import sys
 import warnings
 
 from compat_distribute import _steps
@@ -102,6 +104,19 @@ def _experimental_run(self, fn, input_iterator=None):
     return self.run(fn, args=args)
 
 
+def _experimental_run_on_tpu(self, fn, input_iterator=None):
+    """V1 `experimental_run` on a TPU: inside a `tf.function` or a TF1 graph only, as in TF1."""
+    import tensorflow as tf
+
+    if tf.executing_eagerly() and not tf.inside_function():
+        raise NotImplementedError(
+            "Eager mode not supported in TPUStrategy outside TF functions. Call "
+            "strategy.experimental_run(fn, iterator) inside a function decorated "
+            "with @tf.function (TF1 refused it in eager mode on a TPU too)."
+        )
+    return _experimental_run(self, fn, input_iterator)
+
+
 def _make_dataset_iterator(self, dataset):
     """V1 iterator with `initialize()` and `get_next()`."""
     return _tf.make_dataset_iterator(self.extended, dataset)
@@ -130,7 +145,7 @@ def _configure(self, session_config=None, cluster_spec=None, task_type=None, tas
 
 
 def _no_ops(self):
-    """V1 `initialize()`/`finalize()`: the ops to run first/last; none in eager TF2."""
+    """V1 `initialize()`/`finalize()`: the ops to run first/last; TF2 strategies need none."""
     del self
     return []
 
@@ -195,8 +210,17 @@ TABLE = (
     Member(
         "experimental_run",
         WORKS,
+        backends=(MWMS,),
         impl=_experimental_run,
-        note="runs `fn` on `input_iterator.get_next()`",
+        note="runs `fn` on `input_iterator.get_next()`, eagerly or in a graph",
+    ),
+    Member(
+        "experimental_run",
+        WORKS,
+        backends=(TPU,),
+        impl=_experimental_run_on_tpu,
+        note="runs `fn` on `input_iterator.get_next()` inside a `tf.function` or a TF1 "
+        "graph; in eager mode it raises NotImplementedError naming `tf.function`, as TF1 did",
     ),
     Member(
         "make_dataset_iterator",
@@ -226,10 +250,14 @@ TABLE = (
         "initialize",
         WORKS,
         impl=_no_ops,
-        note="returns `[]`: eager TF2 needs no initialisation ops",
+        note="returns `[]`: no initialisation ops are needed, eager or in a graph (TPU set-up is "
+        "`tf.tpu.experimental.initialize_tpu_system`)",
     ),
     Member(
-        "finalize", WORKS, impl=_no_ops, note="returns `[]`: eager TF2 needs no finalisation ops"
+        "finalize",
+        WORKS,
+        impl=_no_ops,
+        note="returns `[]`: no finalisation ops are needed, eager or in a graph",
     ),
     Member(
         "steps_per_run",
@@ -293,7 +321,9 @@ TABLE = (
         WORKS,
         EXTENDED,
         impl=_steps.experimental_run_steps_on_iterator,
-        note="runs in eager TF2 as one `tf.function` loop; `run_op` is the step count",
+        note="one on-device loop (a `tf.function` in eager mode, a `tf.while_loop` in a TF1 "
+        "graph); `iterations` may be a `tf.Variable` or scalar tensor, read at each call; "
+        "`run_op` is the step count, and fetching it in a `Session` runs the steps",
     ),
 )
 
@@ -315,12 +345,63 @@ class _Renamed(_Served):
     """Warns at the caller's line, then returns the new member."""
 
     def serve(self, obj):
-        # stacklevel 3: serve <- __get__ <- the user's attribute access.
-        warnings.warn(self.row.message, DeprecationWarning, stacklevel=3)
+        warn_at_user_line(self.row.message, DeprecationWarning)
         target = obj
         for part in self.row.new.split("."):
             target = getattr(target, part)
         return target
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_AUTOGRAPH_FILE = "__autograph_generated_file"
+
+
+def _user_location():
+    """(filename, lineno, module globals) of the user's line, or None.
+
+    The first frame outside TensorFlow, AutoGraph's generated code and this
+    package. A generated frame is mapped back to the line it was converted
+    from (its globals are the converted function's own module's).
+    """
+    tf_module = sys.modules.get("tensorflow")
+    tf_dir = os.path.dirname(tf_module.__file__) + os.sep if tf_module else None
+    skipped = (_PACKAGE_DIR, tf_dir) if tf_dir else (_PACKAGE_DIR,)
+    source_map = None
+    frame = sys._getframe(1)  # pylint: disable=protected-access
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if _AUTOGRAPH_FILE in os.path.basename(filename):
+            if source_map is None:
+                source_map = _tf.autograph_source_map()
+            origin = source_map.get((filename, frame.f_lineno))
+            if origin is not None:
+                return origin[0], origin[1], frame.f_globals
+        elif not filename.startswith(skipped):
+            return filename, frame.f_lineno, frame.f_globals
+        frame = frame.f_back
+    return None
+
+
+def warn_at_user_line(message, category):
+    """`warnings.warn` attributed to the user's line, also inside a `tf.function`.
+
+    Filters by module (`-W error::DeprecationWarning:mymodule`) match the
+    user's module, and the once-per-line registry is that module's.
+    """
+    where = _user_location()
+    if where is None:
+        warnings.warn(message, category, stacklevel=4)  # past serve and __get__
+        return
+    filename, lineno, module_globals = where
+    warnings.warn_explicit(
+        message,
+        category,
+        filename,
+        lineno,
+        module=module_globals.get("__name__", "<string>"),
+        registry=module_globals.setdefault("__warningregistry__", {}),
+        module_globals=module_globals,
+    )
 
 
 class _Gone(_Served):

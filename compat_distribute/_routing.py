@@ -33,16 +33,20 @@ class Spelling:
         return f"tf.{self.path}.{self.name}"
 
 
+# From TensorFlow's v1 and v2 API goldens (tensorflow/tools/api/golden) and
+# release notes, TF 1.13 to 2.4; "-2.21" where the name still exists today.
 SPELLINGS = (
     Spelling("compat.v1.distribute.experimental", TPU, TPU, "1.14-2.21", True,
              "TF1's own class: V1 signature and members."),
     Spelling("compat.v1.distribute.experimental", MWMS, MWMS, "1.14-2.21", True,
              "TF1's own class: V1 signature and members."),
     Spelling("distribute.experimental", TPU, TPU, "1.14-2.21", True,
-             "TF 1.14-1.15 code passes steps_per_run here, TF 2.0-2.2 code a device "
-             "assignment second and calls experimental_run_v2: the shim takes both."),
+             "TF 1.14-1.15 code passes steps_per_run here (the V1 class then), TF 2.0-2.2 "
+             "code a DeviceAssignment second and calls experimental_run_v2: the shim "
+             "takes both."),
     Spelling("distribute.experimental", MWMS, MWMS, "1.14-2.21", True,
-             "Same signature as V1; TF 2.0-2.1 code calls experimental_run_v2."),
+             "TF 1.14-2.3 code passes communication= (V1 signature) and TF 2.0-2.1 code "
+             "calls experimental_run_v2: the shim serves both."),
     Spelling("compat.v2.distribute.experimental", TPU, TPU, "1.14-2.21", True,
              "The same class as tf.distribute.experimental under TF2's names."),
     Spelling("compat.v2.distribute.experimental", MWMS, MWMS, "1.14-2.21", True,
@@ -51,6 +55,10 @@ SPELLINGS = (
              "Today's TF2 class with today's signature: code written for it needs no shim."),
     Spelling("distribute", MWMS, MWMS, "2.4-2.21", False,
              "Today's TF2 class with today's signature: code written for it needs no shim."),
+    Spelling("compat.v2.distribute", TPU, TPU, "2.3-2.21", False,
+             "The same class as tf.distribute.TPUStrategy: needs no shim."),
+    Spelling("compat.v2.distribute", MWMS, MWMS, "2.4-2.21", False,
+             "The same class as tf.distribute.MultiWorkerMirroredStrategy: needs no shim."),
     Spelling("contrib.distribute", TPU, TPU, "1.12-1.15", False,
              "tf.contrib does not exist in TF2; write tf.compat.v1.distribute.experimental.TPUStrategy."),
     Spelling("contrib.distribute", "CollectiveAllReduceStrategy", MWMS, "1.12-1.15", False,

@@ -1,4 +1,4 @@
-"""On-device step loops for eager TF2.
+"""On-device step loops for TF2, eager or in a TF1 graph.
 
 TF1 ran `steps_per_run` steps per `session.run` inside a `tf.while_loop`. In
 TF2 the same thing is a `tf.function` whose body loops over `tf.range`, so the
@@ -27,6 +27,12 @@ def _fn_key(fn):
     return fn
 
 
+# Step counts as int64 tensors, made once per count (a new eager constant per
+# call costs more than the rest of run_steps' Python work).
+_STEP_TENSORS = {}
+_STEP_TENSORS_MAX = 64
+
+
 def _steps_tensor(name, value, default):
     import tensorflow as tf
 
@@ -36,7 +42,14 @@ def _steps_tensor(name, value, default):
         default=default,
         hint=f" Pass {name}=None to run steps_per_run steps, or a count >= 1.",
     )
-    return tf.constant(steps, dtype=tf.int64)
+    if not tf.executing_eagerly():  # a graph's constant belongs to that graph
+        return tf.constant(steps, dtype=tf.int64)
+    tensor = _STEP_TENSORS.get(steps)
+    if tensor is None:
+        if len(_STEP_TENSORS) >= _STEP_TENSORS_MAX:
+            _STEP_TENSORS.clear()
+        tensor = _STEP_TENSORS[steps] = tf.constant(steps, dtype=tf.int64)
+    return tensor
 
 
 def run_steps(strategy, fn, iterator, steps=None):
@@ -63,44 +76,88 @@ def _make_run_steps_loop(strategy, fn):
 
     @tf.function(autograph=True)
     def loop(iterator, steps):
-        # The first step is outside the loop so that the loop carries outputs
-        # of a known structure.
-        outputs = strategy.run(fn, args=(next(iterator),))
+        # The last step is after the loop, which then carries no outputs: the
+        # loop is the TPU guide's hand-written one (carrying every replica's
+        # outputs through each iteration costs time). Automatic control
+        # dependencies order it after the loop (same iterator, same variables).
         for _ in tf.range(steps - 1):
-            outputs = strategy.run(fn, args=(next(iterator),))
-        return outputs
+            strategy.run(fn, args=(next(iterator),))
+        return strategy.run(fn, args=(next(iterator),))
 
     return loop
+
+
+def _iterations_tensor(value):
+    """`iterations` as an int64 scalar tensor, read at each call.
+
+    TF 1.14 Keras passed `K.variable(steps)` and changed it between calls, so a
+    `tf.Variable` or scalar integer tensor is accepted besides an int. A value
+    known now (an int, or an eager tensor or variable) is checked now; a graph
+    tensor is checked when the loop runs.
+    """
+    import tensorflow as tf
+
+    if not (isinstance(value, (tf.Variable, tf.Tensor)) or tf.is_tensor(value)):
+        return _steps_tensor("iterations", value, 1)
+    hint = " Pass a Python int >= 1, or a tf.Variable or scalar integer tensor holding one."
+    if not value.dtype.is_integer or value.shape.rank != 0:
+        raise TypeError(
+            f"iterations must be a positive int or a scalar integer tensor; got a "
+            f"{type(value).__name__} of dtype {value.dtype.name} and shape "
+            f"{value.shape}.{hint}"
+        )
+    tensor = tf.cast(tf.convert_to_tensor(value), tf.int64)
+    if tf.executing_eagerly():
+        count = int(tensor.numpy())
+        if count < 1:
+            raise ValueError(
+                f"iterations must be a positive int (>= 1); got {count} "
+                f"(read from a {type(value).__name__}).{hint}"
+            )
+        return tensor
+    check = tf.debugging.assert_greater_equal(
+        tensor,
+        tf.constant(1, tf.int64),
+        message=f"iterations must be a positive int (>= 1).{hint}",
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(tensor)
 
 
 def experimental_run_steps_on_iterator(
     extended, fn, iterator, iterations=1, initial_loop_values=None
 ):
-    """V1 `StrategyExtended.experimental_run_steps_on_iterator`, in eager TF2.
+    """V1 `StrategyExtended.experimental_run_steps_on_iterator`, eager or graph.
 
     `fn(ctx, inputs)` is called with a `MultiStepContext` and
-    `iterator.get_next()`, `iterations` times inside one `tf.function` loop.
-    Returns a `MultiStepContext`: `last_step_outputs` holds the values set with
-    `ctx.set_last_step_output` in the last step, `non_tensor_outputs` those set
-    with `ctx.set_non_tensor_output`, and `run_op` the number of steps that ran
-    (in TF1 it was the op to run them; in eager TF2 they have already run).
-    `initial_loop_values` is accepted for V1 compatibility; as in TF1, `fn`
-    does not see it.
+    `iterator.get_next()`, `iterations` times inside one loop: a `tf.function`
+    in eager mode, a `tf.while_loop` in a TF1 graph. `iterations` is an int, or a `tf.Variable` or scalar integer tensor read at
+    each call. Returns a `MultiStepContext`: `last_step_outputs` holds the
+    values set with `ctx.set_last_step_output` in the last step,
+    `non_tensor_outputs` those set with `ctx.set_non_tensor_output`, and
+    `run_op` the number of steps run, an output of the loop. In eager mode the
+    steps have run when the call returns; in graph mode, as in TF1, they run
+    when `run_op` or `last_step_outputs` is fetched, once per `Session.run`
+    whatever is fetched. `initial_loop_values` is accepted for V1
+    compatibility; as in TF1, `fn` does not see it.
     """
-    del initial_loop_values
-    n = _steps_tensor("iterations", iterations, 1)
+    n = _iterations_tensor(iterations)
+    import tensorflow as tf
+
+    if not tf.executing_eagerly() and not tf.inside_function():
+        return _graph_loop(extended, fn, iterator, n, initial_loop_values)
     key = ("run_steps_on_iterator", _fn_key(fn), id(iterator))
     loops = _cache(extended)
     entry = loops.get(key)
     if entry is None:
         entry = loops[key] = _make_iterator_loop(extended, fn, iterator)
     loop, traced = entry
-    outputs = loop(n)
+    outputs, steps_run = loop(n)
     template = traced["ctx"]
     ctx = _tf.multi_step_context(
         outputs, _tf.last_step_reduce_ops(template), template.non_tensor_outputs
     )
-    ctx.run_op = n
+    ctx.run_op = steps_run
     return ctx
 
 
@@ -117,12 +174,81 @@ def _make_iterator_loop(extended, fn, iterator):
         with strategy.scope():
             fn(ctx, iterator.get_next())
             outputs = dict(ctx.last_step_outputs)
+            # A loop output, so that fetching it in a graph runs the loop (a
+            # constant would run nothing).
+            steps_run = tf.constant(1, tf.int64)
             for _ in tf.range(iterations - 1):
                 fn(ctx, iterator.get_next())
                 outputs = dict(ctx.last_step_outputs)
-        return outputs
+                steps_run += 1
+        return outputs, steps_run
 
     return loop, traced
+
+
+def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
+    """The TF1 graph version: a `tf.while_loop` in the caller's graph, no `tf.function`.
+
+    As in TF1, `fn` builds ordinary graph ops (its variables are created the
+    TF1 way, not lifted out of a function), and what runs each step is what
+    `fn` returns and the outputs it sets. The first step is built before the
+    loop so that the loop carries outputs of a known structure; it runs
+    before the loop, which runs `iterations - 1` more.
+    """
+    import tensorflow as tf
+
+    if isinstance(extended, _tf.TPUExtended):  # a real TPU: TF's own TF1 loop
+        return _tf.tf1_run_steps_on_iterator(
+            extended, fn, iterator, tf.cast(iterations, tf.int32), initial_loop_values
+        )
+    strategy = _tf.container_strategy(extended)
+    ctx = _tf.MultiStepContext()
+
+    def step():
+        result = fn(ctx, iterator.get_next())
+        outputs = {
+            name: tuple(strategy.experimental_local_results(value))
+            for name, value in ctx.last_step_outputs.items()
+        }
+        return [r for r in tf.nest.flatten(result) if r is not None], outputs
+
+    # Every op of the first step depends on `iterations`, and so on its check.
+    with strategy.scope(), tf.control_dependencies([iterations]):
+        first_ops, first = step()
+        if not first_ops and not first:
+            raise ValueError(
+                "experimental_run_steps_on_iterator: in a graph, fn must return the "
+                "op(s) each step runs or set an output with "
+                "ctx.set_last_step_output(name, value); this fn did neither, so "
+                "nothing would run it (TF1 ran no step either). Return the train op."
+            )
+
+        def body(i, *flat):
+            del flat
+            ops, outputs = step()
+            flat = tf.nest.flatten(outputs)
+            # The count depends on the step, so fetching it alone runs the step.
+            with tf.control_dependencies(ops + flat):
+                return [i + 1] + [tf.identity(t) for t in flat]
+
+        with tf.control_dependencies(first_ops + tf.nest.flatten(first)):
+            start = tf.constant(1, tf.int64)
+        loop = tf.while_loop(
+            lambda i, *flat: i < iterations,
+            body,
+            [start] + tf.nest.flatten(first),
+            parallel_iterations=1,
+        )
+    outputs = tf.nest.pack_sequence_as(first, loop[1:])
+    reduce_ops = _tf.last_step_reduce_ops(ctx)
+    last = {
+        name: values[0] if reduce_ops.get(name) is not None else _tf.regroup(values)
+        for name, values in outputs.items()
+    }
+    done = _tf.multi_step_context(last, reduce_ops, ctx.non_tensor_outputs)
+    with tf.control_dependencies(loop[1:]):
+        done.run_op = tf.identity(loop[0])
+    return done
 
 
 class RunStepsMixin:

@@ -34,6 +34,11 @@ INTERNALS = {
     "FuncGraph": "tensorflow.python.framework.func_graph:FuncGraph",
     # TPU discovery: what TPUClusterResolver() reads from the environment.
     "TPUClient": "tensorflow.python.tpu.client.client:Client",
+    # Legacy programs: AutoGraph's map from generated code to the user's lines,
+    # a stack of mappers per thread.
+    "source_mapper_stacks": "tensorflow.python.util.tf_stack:_source_mapper_stacks",
+    # Legacy programs: per-replica values of a TF1 graph loop, regrouped.
+    "regroup": f"{_DISTRIBUTE}.distribute_utils:regroup",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -46,6 +51,8 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.distribute_lib:StrategyExtendedV2", "_make_input_fn_iterator"),
     (f"{_DISTRIBUTE}.distribute_lib:StrategyExtendedV2", "_configure"),
     (f"{_DISTRIBUTE}.distribute_lib:StrategyExtendedV2", "_container_strategy"),
+    # Legacy programs: TF's own TF1 graph loop on a real TPU.
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_experimental_run_steps_on_iterator"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)
@@ -80,3 +87,18 @@ def configure(extended, session_config, cluster_spec, task_type, task_id):
 
 def container_strategy(extended):
     return extended._container_strategy()
+
+
+def autograph_source_map():
+    """This thread's map of AutoGraph-generated (file, line) to (file, line, function)."""
+    import threading
+
+    stack = __getattr__("source_mapper_stacks").get(threading.get_ident())
+    return stack[-1].get_effective_source_map() if stack else {}
+
+
+def tf1_run_steps_on_iterator(extended, fn, iterator, iterations, initial_loop_values):
+    """TF's own TF1 graph-mode multi-step loop of `extended`."""
+    return extended._experimental_run_steps_on_iterator(
+        fn, iterator, iterations, initial_loop_values
+    )

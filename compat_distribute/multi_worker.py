@@ -3,6 +3,7 @@
 from compat_distribute import _members
 from compat_distribute import _steps
 from compat_distribute import _tf
+from compat_distribute import _tf_config
 from compat_distribute import _validate
 
 # TF's own enum object (an alias of CommunicationImplementation), as TF1 exported it.
@@ -44,17 +45,30 @@ class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf.CollectiveAllReduceS
     `communication_options=CommunicationOptions(implementation=communication)`.
     The cluster comes from `cluster_resolver`, or from `TF_CONFIG` when it is
     None. As in TF, build it before any other TensorFlow op in the process.
+
+    `TF_CONFIG` is checked before anything starts (when the cluster comes from
+    it): malformed JSON or a misspelt key raises `ValueError` naming
+    `TF_CONFIG`, the key or position, and what is accepted, where TF would
+    raise a bare `JSONDecodeError` or build a one-replica strategy.
     """
 
     def __init__(self, communication=CollectiveCommunication.AUTO, cluster_resolver=None):
         communication = _validate.communication(communication)
         _validate.cluster_resolver("cluster_resolver", cluster_resolver, tpu=False)
+        if cluster_resolver is None or _reads_tf_config(cluster_resolver):
+            _tf_config.from_environment()
         # Keywords only: V1 and V2 take these two in opposite orders.
         super().__init__(
             cluster_resolver=cluster_resolver,
             communication_options=_tf.CommunicationOptions(implementation=communication),
         )
         self.extended.__class__ = _CollectiveExtended
+
+
+def _reads_tf_config(resolver):
+    import tensorflow as tf
+
+    return isinstance(resolver, tf.distribute.cluster_resolver.TFConfigClusterResolver)
 
 
 _members.serve(MultiWorkerMirroredStrategy, _members.MWMS, _members.STRATEGY)

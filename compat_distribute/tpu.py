@@ -23,10 +23,22 @@ _members.serve(_TPUExtended, _members.TPU, _members.EXTENDED)
 
 def _check_args(tpu_cluster_resolver, steps_per_run, device_assignment):
     _validate.cluster_resolver("tpu_cluster_resolver", tpu_cluster_resolver, tpu=True)
+    if device_assignment is None and _is_device_assignment(steps_per_run):
+        # TF 2.0-2.2's tf.distribute.experimental.TPUStrategy(resolver,
+        # device_assignment), routed here by install(): its second argument.
+        steps_per_run, device_assignment = None, steps_per_run
     return (
         _validate.steps_per_run(steps_per_run),
         _validate.device_assignment(device_assignment),
     )
+
+
+def _is_device_assignment(value):
+    if value is None or isinstance(value, (int, str, float)):
+        return False
+    import tensorflow as tf
+
+    return isinstance(value, tf.tpu.experimental.DeviceAssignment)
 
 
 class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
@@ -35,7 +47,10 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
     On a real TPU this is a `tf.distribute.TPUStrategy` built with
     `experimental_device_assignment=device_assignment`; `steps_per_run` (default
     1) is kept on `strategy.extended.steps_per_run` and is the default step count
-    of `run_steps`. The V1 members are served from the member table.
+    of `run_steps`. The V1 members are served from the member table. A
+    `DeviceAssignment` passed second is taken as `device_assignment`, as TF
+    2.0-2.2's `tf.distribute.experimental.TPUStrategy(resolver, assignment)`
+    passed it (`install()` routes that spelling here).
 
     With a resolver that builds its own backend (such as
     `compat_distribute.testing.FakeTPUClusterResolver`), the call returns that

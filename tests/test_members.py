@@ -1,10 +1,15 @@
-"""Every row of the V1 member table, checked on real TensorFlow.
+"""Every row of the V1 member table, checked against behaviour in both modes, on both shims.
 
-Rows are checked on the MultiWorkerMirroredStrategy shim (one worker, in
-process), which runs ops here; TPU rows are checked on the fake TPU in
-test_fake_tpu.py, which is served from the same table.
+A row's claim is checked in eager mode here and in TF1 graph mode
+(`tf.compat.v1.disable_v2_behavior()` and a `Session`) in a subprocess, since
+that switch is process-wide: on the MultiWorkerMirroredStrategy shim (one
+worker, one replica) and on the TPU shim over a fake v4-8 (4 replicas). Each
+member with a V1 implementation has a behaviour check that fails if the member
+does nothing (a loop that runs no step, a value that is not computed).
 """
 
+import json
+import traceback
 import warnings
 
 import numpy as np
@@ -14,10 +19,62 @@ import tensorflow as tf
 import compat_distribute as cd
 from compat_distribute import _members
 
+SHIMS = (_members.MWMS, _members.TPU)
+MODES = ("eager", "graph")
 
-@pytest.fixture(scope="module", name="strategy")
-def strategy_fixture():
-    return cd.MultiWorkerMirroredStrategy()
+
+def make_strategy(shim):
+    if shim == _members.MWMS:
+        return cd.MultiWorkerMirroredStrategy()
+    from compat_distribute.testing import FakeTPUClusterResolver
+
+    return cd.TPUStrategy(FakeTPUClusterResolver("v4-8"), steps_per_run=3)
+
+
+class Eager:
+    """Runs checks eagerly; a step runs inside a `tf.function`, as TF2 code does."""
+
+    mode = "eager"
+    session = None
+
+    def value(self, x):
+        return tf.nest.map_structure(lambda t: np.asarray(t).tolist(), x)
+
+    def run(self, strategy, fn, args=()):
+        return tf.function(lambda: strategy.run(fn, args=args))()
+
+    def initialize(self, iterator):
+        iterator.initialize()
+
+    def init_variables(self):
+        pass
+
+    def assign(self, variable, value):
+        variable.assign(value)
+
+
+class Graph(Eager):
+    """Runs checks in a TF1 graph: values are fetched with `Session.run`."""
+
+    mode = "graph"
+
+    def __init__(self):
+        self.session = tf.compat.v1.Session()
+
+    def value(self, x):
+        return tf.nest.map_structure(lambda t: np.asarray(t).tolist(), self.session.run(x))
+
+    def run(self, strategy, fn, args=()):
+        return strategy.run(fn, args=args)
+
+    def initialize(self, iterator):
+        self.session.run(iterator.initialize())
+
+    def init_variables(self):
+        self.session.run(tf.compat.v1.global_variables_initializer())
+
+    def assign(self, variable, value):
+        self.session.run(variable.assign(value))
 
 
 def assert_deprecated(get, message):
@@ -44,11 +101,348 @@ def owner(strategy, row):
     return strategy if row.scope == _members.STRATEGY else strategy.extended
 
 
-def rows_for(kind, backend=_members.MWMS):
-    return [r for r in _members.TABLE if r.kind == kind and backend in r.backends]
+def row_id(row, shim):
+    return f"{shim}:{row.scope}.{row.name}"
 
 
-def test_the_table_has_one_row_per_member_and_scope():
+def local(strategy, value, r):
+    """The replicas' values of `value`, in replica order, from one fetch."""
+    return r.value(list(strategy.experimental_local_results(value)))
+
+
+def replicas(strategy):
+    return strategy.num_replicas_in_sync
+
+
+# One behaviour check per WORKS row with a V1 implementation, keyed by (scope,
+# name); `test_every_v1_implementation_has_a_behaviour_check` checks none is missed.
+CHECKS = {}
+
+
+def check(name, scope=_members.STRATEGY, shims=SHIMS):
+    def register(fn):
+        for shim in shims:
+            CHECKS[(scope, name, shim)] = fn
+        return fn
+
+    return register
+
+
+@check("reduce")
+def check_reduce_without_axis(strategy, r):
+    n = replicas(strategy)
+    per_replica = r.run(strategy, lambda: tf.constant([1.0, 2.0]))
+    assert r.value(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica)) == [n, 2.0 * n]
+    assert r.value(strategy.reduce("MEAN", per_replica, axis=0)) == 1.5
+
+
+def _iterator(strategy, r, dataset):
+    iterator = strategy.make_dataset_iterator(dataset)
+    r.initialize(iterator)
+    return iterator
+
+
+@check("experimental_run", shims=(_members.MWMS,))
+def check_experimental_run(strategy, r):
+    n = replicas(strategy)
+    iterator = _iterator(strategy, r, tf.data.Dataset.range(4 * n).batch(n))
+    assert local(strategy, strategy.experimental_run(lambda x: x * 10, iterator), r) == [
+        [10 * i] for i in range(n)
+    ]
+    assert r.value(strategy.experimental_run(lambda: tf.constant(7.0))) == 7.0
+
+
+@check("experimental_run", shims=(_members.TPU,))
+def check_experimental_run_on_tpu(strategy, r):
+    n = replicas(strategy)
+    iterator = _iterator(strategy, r, tf.data.Dataset.range(4 * n).batch(n))
+    if r.mode == "eager":
+        with pytest.raises(NotImplementedError) as info:
+            strategy.experimental_run(lambda x: x * 10, iterator)
+        assert str(info.value).startswith(
+            "Eager mode not supported in TPUStrategy outside TF functions."
+        )
+        assert "@tf.function" in str(info.value)
+        result = tf.function(lambda: strategy.experimental_run(lambda x: x * 10, iterator))()
+    else:
+        result = strategy.experimental_run(lambda x: x * 10, iterator)
+    assert local(strategy, result, r) == [[10 * i] for i in range(n)]
+
+
+@check("make_dataset_iterator")
+def check_make_dataset_iterator(strategy, r):
+    n = replicas(strategy)
+    iterator = _iterator(strategy, r, tf.data.Dataset.range(6 * n).batch(3 * n))
+    first = local(strategy, iterator.get_next(), r)
+    second = local(strategy, iterator.get_next(), r)
+    assert sum(first, []) == list(range(3 * n))
+    assert sum(second, []) == list(range(3 * n, 6 * n))
+
+
+@check("make_input_fn_iterator")
+def check_make_input_fn_iterator(strategy, r):
+    n = replicas(strategy)
+    seen = []
+
+    def input_fn(ctx):
+        seen.append((ctx.num_input_pipelines, ctx.input_pipeline_id, ctx.num_replicas_in_sync))
+        return tf.data.Dataset.range(10, 10 + 4 * n).batch(1)  # per-replica batches
+
+    iterator = strategy.make_input_fn_iterator(input_fn)
+    r.initialize(iterator)
+    assert sum(local(strategy, iterator.get_next(), r), []) == list(range(10, 10 + n))
+    assert seen == [(1, 0, n)]
+    with pytest.raises(
+        ValueError, match="replication_mode must be InputReplicationMode.PER_WORKER"
+    ):
+        strategy.make_input_fn_iterator(input_fn, replication_mode="PER_REPLICA")
+
+
+@check("experimental_make_numpy_dataset")
+def check_experimental_make_numpy_dataset(strategy, r):
+    dataset = strategy.experimental_make_numpy_dataset(
+        np.arange(6, dtype=np.float32), session=r.session
+    )
+    if r.mode == "eager":
+        assert [float(x) for x in dataset] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    else:
+        iterator = tf.compat.v1.data.make_initializable_iterator(dataset.batch(6))
+        r.session.run(iterator.initializer)
+        assert r.value(iterator.get_next()) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+@check("configure")
+def check_configure(strategy, r):
+    del r
+    config = tf.compat.v1.ConfigProto()
+    strategy.configure(session_config=config)
+    assert config == strategy.update_config_proto(tf.compat.v1.ConfigProto())
+
+
+@check("initialize")
+def check_initialize(strategy, r):
+    assert strategy.initialize() == []
+    assert r.value(strategy.initialize()) == []
+
+
+@check("finalize")
+def check_finalize(strategy, r):
+    assert strategy.finalize() == []
+    assert r.value(strategy.finalize()) == []
+
+
+@check("steps_per_run", shims=(_members.TPU,))
+def check_steps_per_run(strategy, r):
+    del r
+    assert strategy.steps_per_run == strategy.extended.steps_per_run == 3
+
+
+@check("reduce_to", _members.EXTENDED)
+def check_reduce_to_with_hints(strategy, r):
+    n = replicas(strategy)
+    value = r.run(strategy, lambda: tf.constant(4.0))
+    hints = tf.distribute.experimental.CollectiveHints(bytes_per_pack=1024)
+    reduced = strategy.extended.reduce_to("SUM", value, "/cpu:0", experimental_hints=hints)
+    assert set(local(strategy, reduced, r)) == {4.0 * n}
+    with pytest.raises(ValueError, match="Pass either options= or experimental_hints=, not both"):
+        strategy.extended.reduce_to(
+            "SUM",
+            value,
+            "/cpu:0",
+            options=tf.distribute.experimental.CommunicationOptions(),
+            experimental_hints=hints,
+        )
+
+
+@check("batch_reduce_to", _members.EXTENDED)
+def check_batch_reduce_to_with_hints(strategy, r):
+    n = replicas(strategy)
+    value = r.run(strategy, lambda: tf.constant(5.0))
+    hints = tf.distribute.experimental.CollectiveHints(timeout_seconds=30.0)
+    reduced = strategy.extended.batch_reduce_to(
+        "SUM", [(value, "/cpu:0")], experimental_hints=hints
+    )
+    assert len(reduced) == 1
+    # One value, or a copy on each device of the destination.
+    assert set(local(strategy, reduced[0], r)) == {5.0 * n}
+
+
+@check("experimental_run_steps_on_iterator", _members.EXTENDED)
+def check_run_steps_on_iterator(strategy, r):
+    n = replicas(strategy)
+    with strategy.scope():
+        counter = tf.Variable(
+            0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        )
+        iterations = tf.Variable(2, dtype=tf.int64)  # TF 1.14 Keras' K.variable(steps)
+    r.init_variables()
+    iterator = _iterator(strategy, r, tf.data.Dataset.range(1000).batch(n))
+
+    def step_fn(ctx, inputs):
+        def replica_step(x):
+            # TF1 style: in a graph, an op runs when something depends on it.
+            with tf.control_dependencies([counter.assign_add(1)]):
+                return tf.reduce_sum(x)
+
+        out = strategy.extended.call_for_each_replica(replica_step, args=(inputs,))
+        ctx.set_last_step_output("last", out, reduce_op=tf.distribute.ReduceOp.SUM)
+        ctx.set_non_tensor_output("label", "v1-loop")
+
+    def batch_sum(step):  # the sum of the global batch of the step-th batch (from 1)
+        return sum(range((step - 1) * n, step * n))
+
+    ctx = strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations=3)
+    assert ctx.non_tensor_outputs == {"label": "v1-loop"}
+    assert r.value(ctx.run_op) == 3  # fetching run_op alone runs the steps
+    assert r.value(counter) == 3
+    if r.mode == "graph":
+        # Fetched together, the outputs are the last step's of one run.
+        steps, outputs = r.value([ctx.run_op, ctx.last_step_outputs])
+        assert (steps, outputs, r.value(counter)) == (3, {"last": batch_sum(6)}, 6)
+        done = 6
+    else:
+        assert r.value(ctx.last_step_outputs) == {"last": batch_sum(3)}
+        done = 3
+    # iterations as a variable, read at each call.
+    ctx = strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations)
+    assert r.value(ctx.run_op) == 2 and r.value(counter) == done + 2
+    r.assign(iterations, 4)
+    if r.mode == "eager":  # read when called
+        ctx = strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations)
+    assert r.value(ctx.run_op) == 4 and r.value(counter) == done + 6
+    with pytest.raises(
+        ValueError, match=r"iterations must be a positive int \(>= 1\); got 0 \(int\)"
+    ):
+        strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations=0)
+    with pytest.raises(TypeError, match="iterations must be a positive int or a scalar integer"):
+        strategy.extended.experimental_run_steps_on_iterator(
+            step_fn, iterator, tf.constant([1, 2])
+        )
+    r.assign(iterations, 0)
+    if r.mode == "eager":
+        with pytest.raises(
+            ValueError, match=r"iterations must be a positive int \(>= 1\); got 0 \(read from"
+        ):
+            strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations)
+    else:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="iterations must be a positive"):
+            r.value(ctx.run_op)
+    assert r.value(counter) == done + 6  # a refused count runs nothing
+
+
+# The claims of the other kinds, the same for every row of the kind.
+
+
+def check_renamed(strategy, row, r):
+    served = assert_deprecated(lambda: getattr(owner(strategy, row), row.name), row.message)
+    expected = strategy
+    for part in row.new.split("."):
+        expected = getattr(expected, part)
+    assert served == expected
+    assert f"use {row.new} (renamed in TensorFlow {row.version})" in row.message
+    if row.name == "experimental_run_v2":  # the call TF 2.0-2.1 code makes
+        if r.mode == "graph":
+            result = served(lambda: tf.constant(3.0))
+        else:
+            result = tf.function(lambda: served(lambda: tf.constant(3.0)))()
+        assert r.value(strategy.reduce("SUM", result)) == 3.0 * replicas(strategy)
+
+
+def check_gone(strategy, row, r):
+    del r
+    with pytest.raises(AttributeError) as info:
+        getattr(owner(strategy, row), row.name)
+    assert str(info.value).endswith(f".{row.message}")
+    assert row.advice in str(info.value)
+    assert not hasattr(owner(strategy, row), row.name)
+
+
+def check_served_by_tf2(strategy, row, r):
+    """A member TF2 still serves: no warning, not shadowed by the table, a real value."""
+    del r
+    value = assert_no_warning(lambda: getattr(owner(strategy, row), row.name))
+    for cls in type(owner(strategy, row)).__mro__:
+        if row.name in vars(cls):
+            assert not isinstance(vars(cls)[row.name], _members._Served)  # pylint: disable=protected-access
+            break
+    assert value is not None
+
+
+def check_row(strategy, row, shim, r):
+    if row.kind == _members.RENAMED:
+        check_renamed(strategy, row, r)
+    elif row.kind == _members.GONE:
+        check_gone(strategy, row, r)
+    elif row.impl is None:
+        check_served_by_tf2(strategy, row, r)
+    else:
+        assert_no_warning(lambda: CHECKS[(row.scope, row.name, shim)](strategy, r))
+
+
+def rows(shim):
+    return _members.rows(shim, _members.STRATEGY) + _members.rows(shim, _members.EXTENDED)
+
+
+def run_all_checks(shim, r):
+    """Every row's check on `shim` in `r`'s mode: {row id: "ok" or the failure}."""
+    strategy = make_strategy(shim)
+    results = {}
+    for row in rows(shim):
+        try:
+            check_row(strategy, row, shim, r)
+            results[row_id(row, shim)] = "ok"
+        except BaseException:  # pylint: disable=broad-except
+            results[row_id(row, shim)] = traceback.format_exc()
+    return results
+
+
+# The graph-mode run of one shim: a subprocess, since disable_v2_behavior() is process-wide.
+_GRAPH_RUN = """
+import faulthandler, json, sys
+faulthandler.dump_traceback_later(240, exit=True)  # a stall shows its stack
+from compat_distribute.testing import devices
+devices.set_virtual_devices(8)
+import tensorflow as tf
+tf.compat.v1.disable_v2_behavior()
+from tests import test_members as m
+with tf.Graph().as_default():
+    results = m.run_all_checks({shim!r}, m.Graph())
+print("RESULTS " + json.dumps(results))
+sys.stdout.flush()
+import os; os._exit(0)
+"""
+
+_GRAPH_RESULTS = {}
+
+
+def graph_results(shim, run_python):
+    if shim not in _GRAPH_RESULTS:
+        result = run_python(_GRAPH_RUN.format(shim=shim), timeout=300)
+        lines = [l for l in result.stdout.splitlines() if l.startswith("RESULTS ")]
+        assert lines, f"graph-mode run of {shim} failed:\n{result.stderr[-4000:]}"
+        _GRAPH_RESULTS[shim] = json.loads(lines[-1][len("RESULTS "):])
+    return _GRAPH_RESULTS[shim]
+
+
+@pytest.fixture(scope="module", name="strategies")
+def strategies_fixture():
+    return {shim: make_strategy(shim) for shim in SHIMS}
+
+
+CASES = [(shim, row) for shim in SHIMS for row in rows(shim)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shim, row", CASES, ids=[row_id(r, s) for s, r in CASES])
+def test_row_claim_holds(strategies, run_python, shim, row, mode):
+    if mode == "eager":
+        check_row(strategies[shim], row, shim, Eager())
+    else:
+        outcome = graph_results(shim, run_python)[row_id(row, shim)]
+        assert outcome == "ok", outcome
+
+
+def test_the_table_has_one_row_per_member_scope_and_shim():
     keys = [(r.scope, r.name, b) for r in _members.TABLE for b in r.backends]
     assert len(keys) == len(set(keys))
 
@@ -65,189 +459,14 @@ def test_every_v1_member_of_tf_has_a_row():
         assert public - named == set(), backend
 
 
-@pytest.mark.parametrize("row", rows_for(_members.RENAMED), ids=lambda r: f"{r.scope}.{r.name}")
-def test_renamed_rows_warn_once_and_serve_the_new_member(strategy, row):
-    served = assert_deprecated(lambda: getattr(owner(strategy, row), row.name), row.message)
-    expected = strategy
-    for part in row.new.split("."):
-        expected = getattr(expected, part)
-    assert served == expected
-    assert f"use {row.new} (renamed in TensorFlow {row.version})" in row.message
-
-
-@pytest.mark.parametrize("row", rows_for(_members.GONE), ids=lambda r: f"{r.scope}.{r.name}")
-def test_gone_rows_raise_attribute_error_with_advice(strategy, row):
-    with pytest.raises(AttributeError) as info:
-        getattr(owner(strategy, row), row.name)
-    assert str(info.value) == f"MultiWorkerMirroredStrategy.{row.message}"
-    assert row.advice in str(info.value)
-    assert not hasattr(owner(strategy, row), row.name)
-
-
-@pytest.mark.parametrize(
-    "row",
-    [r for r in rows_for(_members.WORKS) if r.impl is None],
-    ids=lambda r: f"{r.scope}.{r.name}",
-)
-def test_rows_tf2_still_serves_are_there_without_warning(strategy, row):
-    assert_no_warning(lambda: getattr(owner(strategy, row), row.name))
-
-
-def test_renamed_members_run(strategy):
-    with pytest.warns(DeprecationWarning):
-        result = strategy.experimental_run_v2(lambda x: x * 2, args=(tf.constant(3.0),))
-    assert float(result) == 6.0
-    with pytest.warns(DeprecationWarning):
-        assert strategy.unwrap(tf.constant(1.0))[0].numpy() == 1.0
-    dataset_fn = lambda ctx: tf.data.Dataset.range(4).batch(2)
-    with pytest.warns(DeprecationWarning):
-        dist = strategy.experimental_distribute_datasets_from_function(dataset_fn)
-    assert [b.numpy().tolist() for b in dist] == [[0, 1], [2, 3]]
-
-
-# One test per WORKS row with a V1 implementation; the next test checks none is missed.
-WORKS_TESTS = {}
-
-
-def works(name, scope=_members.STRATEGY):
-    def register(fn):
-        WORKS_TESTS[(scope, name)] = fn
-        return fn
-
-    return register
-
-
-@works("reduce")
-def check_reduce_without_axis(strategy):
-    per_replica = strategy.run(lambda: tf.constant([1.0, 2.0]))
-    assert strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica).numpy().tolist() == [1.0, 2.0]
-    assert strategy.reduce("MEAN", per_replica, axis=0).numpy() == 1.5
-
-
-@works("make_dataset_iterator")
-def check_make_dataset_iterator(strategy):
-    iterator = strategy.make_dataset_iterator(tf.data.Dataset.range(6).batch(3))
-    iterator.initialize()
-    assert iterator.get_next().numpy().tolist() == [0, 1, 2]
-    assert iterator.get_next().numpy().tolist() == [3, 4, 5]
-
-
-@works("experimental_run")
-def check_experimental_run(strategy):
-    iterator = strategy.make_dataset_iterator(tf.data.Dataset.range(4).batch(2))
-    iterator.initialize()
-    assert strategy.experimental_run(lambda x: x * 10, iterator).numpy().tolist() == [0, 10]
-    assert float(strategy.experimental_run(lambda: tf.constant(7.0))) == 7.0
-
-
-@works("make_input_fn_iterator")
-def check_make_input_fn_iterator(strategy):
-    seen = []
-
-    def input_fn(ctx):
-        seen.append((ctx.num_input_pipelines, ctx.input_pipeline_id, ctx.num_replicas_in_sync))
-        return tf.data.Dataset.range(10, 14).batch(2)
-
-    iterator = strategy.make_input_fn_iterator(input_fn)
-    iterator.initialize()
-    assert iterator.get_next().numpy().tolist() == [10, 11]
-    assert seen == [(1, 0, 1)]
-    with pytest.raises(
-        ValueError, match="replication_mode must be InputReplicationMode.PER_WORKER"
-    ):
-        strategy.make_input_fn_iterator(input_fn, replication_mode="PER_REPLICA")
-
-
-@works("experimental_make_numpy_dataset")
-def check_experimental_make_numpy_dataset(strategy):
-    dataset = strategy.experimental_make_numpy_dataset(np.arange(6, dtype=np.float32))
-    assert [float(x) for x in dataset] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
-
-
-@works("configure")
-def check_configure(strategy):
-    config = tf.compat.v1.ConfigProto()
-    strategy.configure(session_config=config)
-    assert config == strategy.update_config_proto(tf.compat.v1.ConfigProto())
-
-
-@works("initialize")
-def check_initialize(strategy):
-    assert strategy.initialize() == []
-
-
-@works("finalize")
-def check_finalize(strategy):
-    assert strategy.finalize() == []
-
-
-@works("reduce_to", _members.EXTENDED)
-def check_reduce_to_with_hints(strategy):
-    value = strategy.run(lambda: tf.constant(4.0))
-    hints = tf.distribute.experimental.CollectiveHints(bytes_per_pack=1024)
-    reduced = strategy.extended.reduce_to("SUM", value, "/cpu:0", experimental_hints=hints)
-    assert float(reduced) == 4.0
-    with pytest.raises(ValueError, match="Pass either options= or experimental_hints=, not both"):
-        strategy.extended.reduce_to(
-            "SUM",
-            value,
-            "/cpu:0",
-            options=tf.distribute.experimental.CommunicationOptions(),
-            experimental_hints=hints,
-        )
-
-
-@works("batch_reduce_to", _members.EXTENDED)
-def check_batch_reduce_to_with_hints(strategy):
-    value = strategy.run(lambda: tf.constant(5.0))
-    hints = tf.distribute.experimental.CollectiveHints(timeout_seconds=30.0)
-    reduced = strategy.extended.batch_reduce_to(
-        "SUM", [(value, "/cpu:0")], experimental_hints=hints
-    )
-    assert [float(r) for r in reduced] == [5.0]
-
-
-@works("experimental_run_steps_on_iterator", _members.EXTENDED)
-def check_run_steps_on_iterator(strategy):
-    with strategy.scope():
-        counter = tf.Variable(0, dtype=tf.int64)
-    iterator = iter(strategy.experimental_distribute_dataset(tf.data.Dataset.range(100).batch(1)))
-
-    def step_fn(ctx, inputs):
-        def replica_step(x):
-            counter.assign_add(1)
-            return tf.reduce_sum(x)
-
-        out = strategy.extended.call_for_each_replica(replica_step, args=(inputs,))
-        ctx.set_last_step_output("last", out, reduce_op=tf.distribute.ReduceOp.SUM)
-        ctx.set_non_tensor_output("label", "v1-loop")
-
-    ctx = strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations=3)
-    assert int(ctx.run_op) == 3
-    assert int(ctx.last_step_outputs["last"]) == 2
-    assert ctx.non_tensor_outputs == {"label": "v1-loop"}
-    assert int(counter.numpy()) == 3
-    ctx = strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations=2)
-    assert int(ctx.last_step_outputs["last"]) == 4
-    assert int(counter.numpy()) == 5
-    with pytest.raises(
-        ValueError, match=r"iterations must be a positive int \(>= 1\); got 0 \(int\)"
-    ):
-        strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations=0)
-
-
-def test_every_v1_implementation_has_a_behaviour_test():
+def test_every_v1_implementation_has_a_behaviour_check():
     implemented = {
-        (r.scope, r.name)
+        (r.scope, r.name, shim)
         for r in _members.TABLE
-        if r.kind == _members.WORKS and r.impl is not None and _members.MWMS in r.backends
+        for shim in r.backends
+        if r.kind == _members.WORKS and r.impl is not None
     }
-    assert implemented == set(WORKS_TESTS)
-
-
-@pytest.mark.parametrize("key", sorted(WORKS_TESTS), ids=lambda k: f"{k[0]}.{k[1]}")
-def test_v1_implementation_behaves_as_tf1(strategy, key):
-    assert_no_warning(lambda: WORKS_TESTS[key](strategy))
+    assert implemented == set(CHECKS)
 
 
 def test_migration_table_lists_every_changed_row():
@@ -259,59 +478,11 @@ def test_migration_table_lists_every_changed_row():
         "| `strategy.experimental_run_v2` | TPU and MultiWorkerMirrored | renamed in TF 2.2 (warns) | use `run` |"
         in table
     )
-
-
-@pytest.fixture(scope="module", name="tpu_strategy")
-def tpu_strategy_fixture():
-    from compat_distribute.testing import FakeTPUClusterResolver
-
-    return cd.TPUStrategy(FakeTPUClusterResolver("v3-8"), steps_per_run=3)
-
-
-@pytest.mark.parametrize("row", rows_for(_members.RENAMED, _members.TPU), ids=lambda r: r.name)
-def test_tpu_renamed_rows_on_the_fake_tpu(tpu_strategy, row):
-    served = assert_deprecated(lambda: getattr(owner(tpu_strategy, row), row.name), row.message)
-    expected = tpu_strategy
-    for part in row.new.split("."):
-        expected = getattr(expected, part)
-    assert served == expected
-
-
-@pytest.mark.parametrize("row", rows_for(_members.GONE, _members.TPU), ids=lambda r: r.name)
-def test_tpu_gone_rows_on_the_fake_tpu(tpu_strategy, row):
-    with pytest.raises(AttributeError, match=row.message.split(";")[0]):
-        getattr(owner(tpu_strategy, row), row.name)
-
-
-@pytest.mark.parametrize(
-    "row",
-    [r for r in rows_for(_members.WORKS, _members.TPU) if r.impl is None],
-    ids=lambda r: f"{r.scope}.{r.name}",
-)
-def test_tpu_rows_tf2_still_serves_are_on_the_fake_tpu(tpu_strategy, row):
-    assert_no_warning(lambda: getattr(owner(tpu_strategy, row), row.name))
-
-
-def test_tpu_v1_members_behave_on_the_fake_tpu(tpu_strategy):
-    s = tpu_strategy
-    assert s.steps_per_run == s.extended.steps_per_run == 3
-    assert s.initialize() == [] and s.finalize() == []
-
-    @tf.function
-    def step():
-        return s.run(
-            lambda: tf.cast(
-                tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32
-            )
-        )
-
-    assert float(s.reduce("SUM", step())) == 28.0  # 0 + 1 + ... + 7, no axis
-    iterator = s.make_dataset_iterator(tf.data.Dataset.range(16).batch(8))
-    iterator.initialize()
-    batches = s.experimental_local_results(iterator.get_next())
-    assert [b.numpy().tolist() for b in batches] == [[i] for i in range(8)]  # 1 per replica
-    dataset = s.experimental_make_numpy_dataset(np.arange(3, dtype=np.float32))
-    assert [float(x) for x in dataset] == [0.0, 1.0, 2.0]
+    assert (
+        "| `strategy.experimental_run` | TPU | works as in TF1 | runs `fn` on "
+        "`input_iterator.get_next()` inside a `tf.function` or a TF1 graph; in eager mode "
+        "it raises NotImplementedError naming `tf.function`, as TF1 did |"
+    ) in table
 
 
 def test_readme_shows_this_table():
@@ -321,3 +492,56 @@ def test_readme_shows_this_table():
     with open(readme) as f:
         text = f.read()
     assert _members.migration_table() in text, "run `python tools/readme.py members`"
+
+
+# Point 9: inside a tf.function, a renamed member warns at the user's line.
+
+_USER_MODULE = '''\
+import tensorflow as tf
+
+
+def train(strategy):
+    @tf.function
+    def step():
+        return strategy.experimental_run_v2(lambda: tf.constant(1.0))
+
+    return step()
+'''
+
+
+@pytest.fixture(name="user_module", scope="module")
+def user_module_fixture(tmp_path_factory):
+    import importlib
+    import sys
+
+    where = tmp_path_factory.mktemp("user_code")
+    (where / "legacy_user_code.py").write_text(_USER_MODULE)
+    sys.path.insert(0, str(where))
+    try:
+        yield importlib.import_module("legacy_user_code")
+    finally:
+        sys.path.remove(str(where))
+        del sys.modules["legacy_user_code"]
+
+
+def test_renamed_member_in_a_tf_function_warns_at_the_users_line(strategies, user_module):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        user_module.train(strategies[_members.MWMS])
+    assert [(w.category, w.filename, w.lineno) for w in caught] == [
+        (DeprecationWarning, user_module.__file__, 7)
+    ]
+
+
+def test_a_module_filter_turns_the_warning_into_an_error_at_the_users_module(
+    strategies, user_module
+):
+    # What `-W error::DeprecationWarning:legacy_user_code` sets up.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=DeprecationWarning, module="legacy_user_code")
+        with pytest.raises(Exception) as info:  # pylint: disable=broad-except
+            user_module.train(strategies[_members.MWMS])
+    # AutoGraph re-raises errors in traced code as a StagingError quoting the user's line.
+    assert type(info.value).__name__ in ("DeprecationWarning", "StagingError")
+    assert "DeprecationWarning: experimental_run_v2 is deprecated; use run" in str(info.value)
+    assert f'{user_module.__file__}", line 7' in str(info.value)

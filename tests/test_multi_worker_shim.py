@@ -179,3 +179,58 @@ def test_same_exception_types_as_tf1(strategy, tf1_strategy):
     ours, theirs = both(strategy, tf1_strategy, fn)
     assert ours == theirs
     assert ours[2] is ValueError
+
+
+# TF_CONFIG is checked with the project's parser before anything starts.
+
+
+@pytest.mark.parametrize(
+    "tf_config, text",
+    [
+        (
+            '{"cluster": {"worker": ["localhost:12345"]}',
+            "TF_CONFIG is not valid JSON: Expecting ',' delimiter at line 1 column 44 (char 43)",
+        ),
+        (
+            '{"clusterz": {"worker": ["localhost:12345"]}}',
+            "TF_CONFIG['clusterz'] is not a TF_CONFIG key; the keys are cluster, task, rpc_layer",
+        ),
+        (
+            '{"cluster": {"worker": ["localhost:12345"]}, "task": {"type": "worker", "index": 3}}',
+            "TF_CONFIG['task']['index'] must be an int in 0..0 (job 'worker' has 1 task(s)); got 3 (int)",
+        ),
+        (
+            '{"cluster": {"worker": ["localhost"]}}',
+            "TF_CONFIG['cluster']['worker'][0] must be a 'host:port' string",
+        ),
+    ],
+)
+def test_a_bad_tf_config_is_refused_before_tf_is_touched(monkeypatch, tf_config, text):
+    calls = []
+    monkeypatch.setattr(
+        tf_collective.CollectiveAllReduceStrategy, "__init__", lambda *a, **k: calls.append(a)
+    )
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(ValueError) as info:
+        cd.MultiWorkerMirroredStrategy()
+    assert text in str(info.value)
+    with pytest.raises(ValueError, match=r"^TF_CONFIG"):
+        cd.MultiWorkerMirroredStrategy(
+            cluster_resolver=tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        )
+    assert calls == []
+
+
+def test_tf_config_is_not_read_for_another_resolver(monkeypatch):
+    class Reached(Exception):
+        pass
+
+    def tf_init(self, **kwargs):
+        raise Reached(kwargs["cluster_resolver"])
+
+    monkeypatch.setattr(tf_collective.CollectiveAllReduceStrategy, "__init__", tf_init)
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec({}))
+    with pytest.raises(Reached) as info:
+        cd.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    assert info.value.args == (resolver,)

@@ -140,3 +140,125 @@ def test_install_and_fake_tpu_restore_tf_in_every_order(start_first, stop_first)
     stops[stop_first]()
     stops["fake" if stop_first == "install" else "install"]()
     assert [getattr(owner, name) for owner, name in names] == originals
+
+
+# The inventory: every name TensorFlow 2.21 exports for the strategy classes is
+# a row of SPELLINGS, and each row's name exists here (or is tf.contrib's).
+
+_STRATEGY_CLASSES = (
+    "TPUStrategy",
+    "MultiWorkerMirroredStrategy",
+    "CollectiveAllReduceStrategy",
+)
+
+
+def _exported_spellings():
+    found = set()
+    for root in ("", "compat.v1.", "compat.v2."):
+        for sub in ("distribute", "distribute.experimental"):
+            path = root + sub
+            owner = _routing._patching.tf_object(path)  # pylint: disable=protected-access
+            for name in _STRATEGY_CLASSES:
+                if isinstance(getattr(owner, name, None), type):
+                    found.add((path, name))
+    return found
+
+
+def test_the_inventory_lists_every_strategy_name_tensorflow_exports():
+    listed = {(s.path, s.name) for s in _routing.SPELLINGS}
+    assert _exported_spellings() - listed == set()
+
+
+@pytest.mark.parametrize("spelling", _routing.SPELLINGS, ids=lambda s: s.spelling)
+def test_each_listed_spelling_exists_unless_tf2_removed_its_namespace(spelling):
+    if spelling.path.startswith("contrib."):
+        assert not hasattr(tf, "contrib")
+        assert not spelling.routed
+        return
+    assert isinstance(tf_name(spelling), type)
+    assert spelling.versions.endswith("-2.21")
+
+
+def test_readme_shows_the_spellings_table():
+    import os
+
+    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+    with open(readme) as f:
+        text = f.read()
+    assert _routing.spellings_markdown() in text, "run `python tools/readme.py spellings`"
+
+
+# Each routed spelling, called as the code of its era called it.
+
+
+def _replica_ids(strategy, run):
+    @tf.function
+    def step():
+        return run(
+            lambda: tf.cast(
+                tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32
+            )
+        )
+
+    return [float(v) for v in strategy.experimental_local_results(step())]
+
+
+def test_tf1_14_tpu_strategy_with_steps_per_run_then_experimental_run_v2():
+    from compat_distribute.testing import FakeTPUClusterResolver
+
+    with cd.installed():
+        # TF 1.14-1.15: the V1 class under tf.distribute.experimental.
+        strategy = tf.distribute.experimental.TPUStrategy(
+            FakeTPUClusterResolver("v3-8"), steps_per_run=5
+        )
+        with pytest.warns(DeprecationWarning, match="experimental_run_v2 is deprecated"):
+            run = strategy.experimental_run_v2
+        assert _replica_ids(strategy, run) == [float(i) for i in range(8)]
+    assert strategy.steps_per_run == strategy.extended.steps_per_run == 5
+
+
+def test_tf2_0_tpu_strategy_with_a_device_assignment_second_then_experimental_run_v2():
+    from compat_distribute.testing import FakeTPUClusterResolver, initialize_tpu_system
+
+    resolver = FakeTPUClusterResolver("v3-8")
+    assignment = tf.tpu.experimental.DeviceAssignment.build(
+        initialize_tpu_system(resolver), computation_shape=[1, 1, 1, 2], num_replicas=4
+    )
+    with cd.installed():
+        # TF 2.0-2.2: tf.distribute.experimental.TPUStrategy(resolver, device_assignment).
+        for spelling in (tf.distribute.experimental, tf.compat.v2.distribute.experimental):
+            strategy = spelling.TPUStrategy(resolver, assignment)
+            assert strategy.num_replicas_in_sync == 4
+            assert strategy.steps_per_run == 1
+            with pytest.warns(DeprecationWarning, match="experimental_run_v2 is deprecated"):
+                run = strategy.experimental_run_v2
+            assert _replica_ids(strategy, run) == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_tf1_compat_v1_tpu_strategy_positional_steps_per_run():
+    from compat_distribute.testing import FakeTPUClusterResolver
+
+    with cd.installed():
+        strategy = tf.compat.v1.distribute.experimental.TPUStrategy(
+            FakeTPUClusterResolver("v3-8"), 7
+        )
+    assert strategy.extended.steps_per_run == 7
+    with pytest.raises(TypeError, match=r"steps_per_run must be a positive int; got '7' \(str\)"):
+        cd.TPUStrategy(FakeTPUClusterResolver("v3-8"), "7")
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["distribute.experimental", "compat.v2.distribute.experimental", "compat.v1.distribute.experimental"],
+)
+def test_tf2_0_multi_worker_strategy_with_communication_then_experimental_run_v2(spelling):
+    with cd.installed():
+        cls = getattr(_routing._patching.tf_object(spelling), "MultiWorkerMirroredStrategy")  # pylint: disable=protected-access
+        # TF 2.0-2.3: communication= first, then experimental_run_v2.
+        strategy = cls(communication=tf.distribute.experimental.CollectiveCommunication.RING)
+        with pytest.warns(DeprecationWarning, match="experimental_run_v2 is deprecated"):
+            result = strategy.experimental_run_v2(lambda x: x + 1.0, args=(tf.constant(2.0),))
+    assert isinstance(strategy, cd.MultiWorkerMirroredStrategy)
+    assert float(strategy.reduce("SUM", result)) == 3.0
+    options = strategy.extended._communication_options  # pylint: disable=protected-access
+    assert options.implementation is tf.distribute.experimental.CommunicationImplementation.RING

@@ -69,14 +69,19 @@ def test_real_backend_defaults_steps_per_run_to_one(tf_init_calls):
     assert tf_init_calls[0][1] == {"experimental_device_assignment": None}
 
 
-def test_real_backend_passes_device_assignment_through(tf_init_calls):
+def four_replica_assignment():
+    """4 replicas of 2 cores on the stand-in's 8 cores."""
     topology = tf.tpu.experimental.Topology(
         mesh_shape=[2, 2, 1, 2],
         device_coordinates=[[[x, y, 0, c] for x in range(2) for y in range(2) for c in range(2)]],
     )
-    assignment = tf.tpu.experimental.DeviceAssignment.build(
+    return tf.tpu.experimental.DeviceAssignment.build(
         topology, computation_shape=[1, 1, 1, 2], num_replicas=4
     )
+
+
+def test_real_backend_passes_device_assignment_through(tf_init_calls):
+    assignment = four_replica_assignment()
     strategy = cd.TPUStrategy(StandInTPUResolver(), device_assignment=assignment)
     assert tf_init_calls[0][1] == {"experimental_device_assignment": assignment}
     assert strategy.num_replicas_in_sync == 4
@@ -129,3 +134,14 @@ def test_a_resolver_of_the_wrong_kind_is_refused(tf_init_calls):
     ):
         cd.TPUStrategy("local")
     assert tf_init_calls == []
+
+
+def test_a_device_assignment_passed_second_is_taken_as_one(tf_init_calls):
+    # TF 2.0-2.2's tf.distribute.experimental.TPUStrategy(resolver, device_assignment),
+    # which install() routes to this class.
+    assignment = four_replica_assignment()
+    strategy = cd.TPUStrategy(StandInTPUResolver(), assignment)
+    assert tf_init_calls[0][1] == {"experimental_device_assignment": assignment}
+    assert strategy.extended.steps_per_run == 1
+    with pytest.raises(TypeError, match="steps_per_run must be a positive int; got"):
+        cd.TPUStrategy(StandInTPUResolver(), assignment, assignment)

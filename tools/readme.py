@@ -1,4 +1,4 @@
-"""Regenerates the README's generated blocks: `python tools/readme.py [members] [xla_rules] [conformance] [bench]`.
+"""Regenerates the README's generated blocks: `python tools/readme.py [members] [spellings] [xla_rules] [conformance] [bench]`.
 
 A block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`.
 """
@@ -39,6 +39,13 @@ def xla_rules():
     return rules.readme_table()
 
 
+def spellings():
+    sys.path.insert(0, ROOT)
+    from compat_distribute import _routing
+
+    return _routing.spellings_markdown()
+
+
 def bench():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import run_all
@@ -54,6 +61,12 @@ def conformance():
 
 
 if __name__ == "__main__":
-    blocks = {"members": members, "xla_rules": xla_rules, "conformance": conformance, "bench": bench}
-    for block in sys.argv[1:] or ["members", "xla_rules", "conformance"]:
+    blocks = {
+        "members": members,
+        "spellings": spellings,
+        "xla_rules": xla_rules,
+        "conformance": conformance,
+        "bench": bench,
+    }
+    for block in sys.argv[1:] or ["members", "spellings", "xla_rules", "conformance"]:
         update(block, blocks[block]())

@@ -1,0 +1,56 @@
+"""Shared set-up of the legacy corpus: programs run unchanged after `compat_distribute.install()`.
+
+`legacy_tpu` runs an eager program's calls on a fake v4-8 (4 replicas on this
+session's virtual CPUs) with TF's historical names routed to the shims;
+`run_legacy_script` runs a program file as `python file.py` would, in a fresh
+process (graph-mode programs switch TF1 behaviour on process-wide), with the
+same set-up, and returns its output lines.
+"""
+
+import os
+
+import pytest
+
+import compat_distribute
+from compat_distribute.testing import fake_tpu
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+_SCRIPT_DRIVER = """
+import faulthandler, runpy, sys
+faulthandler.dump_traceback_later({timeout}, exit=True)  # a stall shows its stack
+from compat_distribute.testing import devices
+devices.set_virtual_devices(8)
+import compat_distribute
+from compat_distribute.testing import fake_tpu
+sys.argv = [{path!r}] + {args!r}
+with fake_tpu("v4-8"), compat_distribute.installed():
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as exit:
+        if exit.code not in (None, 0):
+            raise
+sys.stdout.flush()
+import os
+os._exit(0)  # TF 2.21 can block at exit destroying tf.data iterators
+"""
+
+
+@pytest.fixture(name="legacy_tpu")
+def legacy_tpu_fixture():
+    with fake_tpu("v4-8"), compat_distribute.installed():
+        yield
+
+
+@pytest.fixture(name="run_legacy_script")
+def run_legacy_script_fixture(run_python):
+    def run(name, *args, timeout=240):
+        path = os.path.join(HERE, name)
+        result = run_python(
+            _SCRIPT_DRIVER.format(path=path, args=list(args), timeout=timeout - 20),
+            timeout=timeout,
+        )
+        assert result.returncode == 0, f"{name} failed:\n{result.stderr[-6000:]}"
+        return result.stdout.splitlines()
+
+    return run
