@@ -29,7 +29,12 @@ class _Stack:
     entries: list  # [(patch, value)], newest last
 
     def show_top(self):
-        setattr(self.owner, self.name, self.entries[-1][1] if self.entries else self.original)
+        if not self.entries:
+            setattr(self.owner, self.name, self.original)
+            return
+        # The highest precedence wins; among equals, the newest.
+        top = max(range(len(self.entries)), key=lambda i: (self.entries[i][0].precedence, i))
+        setattr(self.owner, self.name, self.entries[top][1])
 
 
 # (id(owner), name) -> _Stack; an entry lives while any patch holds the name.
@@ -40,11 +45,14 @@ class Patch:
     """Sets `(path, name) -> value` routes on `start()`; `stop()` takes them back.
 
     Routes naming the same object twice (two paths to one module) count once.
+    A name shows the value of the started patch with the highest `precedence`,
+    the newest among equals, whatever the order of starts and stops.
     Also a context manager.
     """
 
-    def __init__(self, routes):
+    def __init__(self, routes, *, precedence=0):
         self._routes = tuple(routes)
+        self.precedence = precedence
         self._keys = None
 
     @property

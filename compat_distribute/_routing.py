@@ -88,7 +88,9 @@ def install():
     """Routes every historical spelling to the shims. Installing twice is a no-op."""
     global _patch
     if _patch is None:
-        _patch = _patching.Patch(_routes()).start()
+        # Above fake_tpu()'s routes whatever the order: the shims build the fake's
+        # strategies from its resolver, and also take the historical signatures.
+        _patch = _patching.Patch(_routes(), precedence=1).start()
 
 
 def uninstall():

@@ -132,11 +132,17 @@ def test_install_and_fake_tpu_restore_tf_in_every_order(start_first, stop_first)
     stops = {"install": cd.uninstall, "fake": fake.stop}
     starts[start_first]()
     starts["fake" if start_first == "install" else "install"]()
-    # While both are on, V1 TPU code builds a strategy on the fake either way.
-    strategy = tf.compat.v1.distribute.experimental.TPUStrategy(
-        tf.distribute.cluster_resolver.TPUClusterResolver(""), steps_per_run=2
-    )
-    assert strategy.num_replicas_in_sync == 8
+    # While both are on, every historical TPU spelling builds a fake strategy
+    # with the V1 signature, whichever started first.
+    for spelling in (tf.compat.v1.distribute.experimental, tf.distribute.experimental):
+        assert spelling.TPUStrategy is cd.TPUStrategy
+        strategy = spelling.TPUStrategy(
+            tf.distribute.cluster_resolver.TPUClusterResolver(""), steps_per_run=2
+        )
+        assert strategy.num_replicas_in_sync == 8
+        assert strategy.extended.steps_per_run == 2
+    assert tf.distribute.TPUStrategy is not cd.TPUStrategy  # the fake's own TF2 class
+    assert tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver("")).num_replicas_in_sync == 8
     stops[stop_first]()
     stops["fake" if stop_first == "install" else "install"]()
     assert [getattr(owner, name) for owner, name in names] == originals
