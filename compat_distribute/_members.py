@@ -11,7 +11,7 @@ goldens) has one row here, in one of three kinds:
   the caller's line, and returns the new member.
 * `GONE`: TF2 has no equivalent; access raises `AttributeError` saying what to do.
 
-`serve(cls, backend, scope)` installs the rows on a shim class as descriptors.
+`serve(cls, shim, scope)` installs the rows on a shim class as descriptors.
 Descriptors rather than a class `__getattr__`, because several V1 names still
 exist on the TF2 base classes (`reduce`, `unwrap`, `configure`) and must be
 shadowed, and because descriptors cost nothing on the hot path.
@@ -45,7 +45,7 @@ class Member:
     name: str
     kind: str
     scope: str = STRATEGY
-    backends: tuple = BOTH
+    shims: tuple = BOTH
     impl: object = None  # WORKS: the V1 behaviour, when TF2's differs or is missing.
     new: str = ""  # RENAMED: the member to use instead, relative to the strategy.
     version: str = ""  # RENAMED/GONE: the TensorFlow version that changed it.
@@ -192,7 +192,7 @@ def _property(fn):
     return property(fn, doc=fn.__doc__)
 
 
-# One row per V1 member. `backends` limits a row to the TPU or the
+# One row per V1 member. `shims` limits a row to the TPU or the
 # multi-worker shim where the V1 classes differed.
 TABLE = (
     # tf.compat.v1.distribute.experimental.{TPU,MultiWorkerMirrored}Strategy
@@ -210,14 +210,14 @@ TABLE = (
     Member(
         "experimental_run",
         WORKS,
-        backends=(MWMS,),
+        shims=(MWMS,),
         impl=_experimental_run,
         note="runs `fn` on `input_iterator.get_next()`, eagerly or in a graph",
     ),
     Member(
         "experimental_run",
         WORKS,
-        backends=(TPU,),
+        shims=(TPU,),
         impl=_experimental_run_on_tpu,
         note="runs `fn` on `input_iterator.get_next()` inside a `tf.function` or a TF1 "
         "graph; in eager mode it raises NotImplementedError naming `tf.function`, as TF1 did",
@@ -262,7 +262,7 @@ TABLE = (
     Member(
         "steps_per_run",
         WORKS,
-        backends=(TPU,),
+        shims=(TPU,),
         impl=_property(_steps_per_run),
         note="the constructor's value (default 1), also `extended.steps_per_run`",
     ),
@@ -301,7 +301,7 @@ TABLE = (
     Member("update_non_slot", WORKS, EXTENDED),
     Member("value_container", WORKS, EXTENDED),
     Member("variable_created_in_scope", WORKS, EXTENDED),
-    Member("steps_per_run", WORKS, EXTENDED, backends=(TPU,)),
+    Member("steps_per_run", WORKS, EXTENDED, shims=(TPU,)),
     Member(
         "reduce_to",
         WORKS,
@@ -411,13 +411,13 @@ class _Gone(_Served):
         raise AttributeError(f"{type(obj).__name__}.{self.row.message}")
 
 
-def rows(backend, scope):
-    return tuple(r for r in TABLE if backend in r.backends and r.scope == scope)
+def rows(shim, scope):
+    return tuple(r for r in TABLE if shim in r.shims and r.scope == scope)
 
 
-def serve(cls, backend, scope):
-    """Installs the table's rows for `backend` and `scope` on the shim `cls`."""
-    for row in rows(backend, scope):
+def serve(cls, shim, scope):
+    """Installs the table's rows for `shim` (TPU or MWMS) and `scope` on the class `cls`."""
+    for row in rows(shim, scope):
         if row.kind == RENAMED:
             setattr(cls, row.name, _Renamed(row))
         elif row.kind == GONE:
@@ -434,7 +434,7 @@ def migration_table():
         if row.kind == WORKS and row.impl is None:
             continue
         where = "strategy" if row.scope == STRATEGY else "strategy.extended"
-        on = " and ".join({TPU: "TPU", MWMS: "MultiWorkerMirrored"}[b] for b in row.backends)
+        on = " and ".join({TPU: "TPU", MWMS: "MultiWorkerMirrored"}[b] for b in row.shims)
         if row.kind == WORKS:
             status, todo = "works as in TF1", row.note
         elif row.kind == RENAMED:

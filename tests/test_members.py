@@ -443,7 +443,7 @@ def test_row_claim_holds(strategies, run_python, shim, row, mode):
 
 
 def test_the_table_has_one_row_per_member_scope_and_shim():
-    keys = [(r.scope, r.name, b) for r in _members.TABLE for b in r.backends]
+    keys = [(r.scope, r.name, b) for r in _members.TABLE for b in r.shims]
     assert len(keys) == len(set(keys))
 
 
@@ -453,17 +453,17 @@ def test_every_v1_member_of_tf_has_a_row():
         _members.TPU: tf.compat.v1.distribute.experimental.TPUStrategy,
         _members.MWMS: tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy,
     }
-    for backend, cls in v1.items():
+    for shim, cls in v1.items():
         public = {n for n in dir(cls) if not n.startswith("_")}
-        named = {r.name for r in _members.rows(backend, _members.STRATEGY)}
-        assert public - named == set(), backend
+        named = {r.name for r in _members.rows(shim, _members.STRATEGY)}
+        assert public - named == set(), shim
 
 
 def test_every_v1_implementation_has_a_behaviour_check():
     implemented = {
         (r.scope, r.name, shim)
         for r in _members.TABLE
-        for shim in r.backends
+        for shim in r.shims
         if r.kind == _members.WORKS and r.impl is not None
     }
     assert implemented == set(CHECKS)
