@@ -198,8 +198,8 @@ class Settings:
         return any(source != DEFAULT_SOURCE for _, source in self.sources)
 
 
-def resolve(cli=None, env=None, ini=None, ini_path=None):
-    """Returns `Settings` from the places, highest precedence first.
+def read(cli=None, env=None, ini=None, ini_path=None):
+    """Reads `Settings` from the places, highest precedence first.
 
     `cli` and `ini` map option names to raw values (None or "" when not set),
     `env` is a mapping such as `os.environ`. Raises `SettingError` naming the
@@ -239,7 +239,7 @@ def resolve(cli=None, env=None, ini=None, ini_path=None):
 
 def from_environment(environ):
     """Settings for code outside pytest: environment variables, then defaults."""
-    return resolve(env=environ)
+    return read(env=environ)
 
 
 def check_devices_hold_fake(settings, fake_cores):

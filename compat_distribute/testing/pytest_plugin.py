@@ -110,7 +110,7 @@ def _is_xdist_worker(config):
 
 def _read_settings(config):
     try:
-        return _settings.resolve(
+        return _settings.read(
             cli={o.name: config.getoption(_dest(o)) for o in _settings.OPTIONS},
             env=os.environ,
             ini={o.name: config.getini(o.name) for o in _settings.OPTIONS},

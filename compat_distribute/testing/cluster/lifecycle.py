@@ -121,7 +121,7 @@ class LocalCluster:
         binds 0.0.0.0). Resolving network="auto" probes the platform once per
         process, and warns when it falls back to "host".
         """
-        self._network = netns.resolve(self._network)
+        self._network = netns.choose(self._network)
         return self._network
 
     def output(self, task_type, task_id) -> str:
