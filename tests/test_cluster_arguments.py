@@ -95,6 +95,17 @@ def test_run_before_start_is_refused():
             r"num_workers must be a positive int; got True \(bool\)",
         ),
         (
+            {"num_workers": 65},
+            ValueError,
+            r"num_workers must be at most 64 \(each worker is a process that imports "
+            r"TensorFlow\); got 65. Ask for the workers the test needs",
+        ),
+        (
+            {"devices_per_worker": 257},
+            ValueError,
+            r"devices_per_worker must be at most 256 .*; got 257. Ask for the virtual CPU",
+        ),
+        (
             {"devices_per_worker": 0},
             ValueError,
             r"devices_per_worker must be a positive int \(>= 1\); got 0",

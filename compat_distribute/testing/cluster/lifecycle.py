@@ -65,11 +65,11 @@ class LocalCluster:
         network="auto",
         hooks=None,
     ):
-        self._num_workers = _validate.positive_int("num_workers", num_workers)
+        self._num_workers = checks.num_workers(num_workers)
         if not isinstance(has_chief, bool):
             raise TypeError(f"has_chief must be True or False; got {_validate.show(has_chief)}.")
         self._has_chief = has_chief
-        self._devices_per_worker = _validate.positive_int("devices_per_worker", devices_per_worker)
+        self._devices_per_worker = checks.devices_per_worker(devices_per_worker)
         self._timeout = checks.positive_seconds("timeout", timeout)
         self._start_timeout = (
             max(self._timeout, 60.0)
@@ -355,9 +355,9 @@ def local_cluster(
     """A cluster of local processes that runs a function in every task.
 
     Args:
-        num_workers: number of "worker" tasks (>= 1).
+        num_workers: number of "worker" tasks (1 to 64, `checks.MAX_WORKERS`).
         has_chief: also start a "chief" task; it comes first in results.
-        devices_per_worker: virtual CPU devices each task gets (>= 1), set up
+        devices_per_worker: virtual CPU devices each task gets (1 to 256), set up
             before the function runs any op.
         timeout: seconds a `run` may take before it fails with every task's stack.
         env: extra environment variables for the tasks (str -> str). TF_CONFIG is
