@@ -355,7 +355,7 @@ def local_cluster(
     """A cluster of local processes that runs a function in every task.
 
     Args:
-        num_workers: number of "worker" tasks (1 to 64, `checks.MAX_WORKERS`).
+        num_workers: number of "worker" tasks (1 to 64).
         has_chief: also start a "chief" task; it comes first in results.
         devices_per_worker: virtual CPU devices each task gets (1 to 256), set up
             before the function runs any op.
