@@ -48,6 +48,7 @@ def _closure_maker():
             r"fn <bound method _Stepper.step .*> \(method\) is not reachable as test_cluster_arguments:_Stepper.step",
         ),
         (functools.partial(tasks.task_info, "x"), r"fn .* \(partial\) has no __module__/__qualname__"),
+        (42, r"fn must be a module-level function; got 42 \(int\)\. Define fn with `def`"),
     ],
 )
 def test_fn_that_a_worker_cannot_import_is_refused_before_any_process(fn, message):

@@ -147,14 +147,14 @@ def _lookup_or_none(obj, qualname):
 
 def function_reference(fn):
     """(module, qualname) that a fresh process can import `fn` by, or raises."""
-    if not callable(fn):
-        raise TypeError(f"fn must be a module-level function; got {_validate.show(fn)}.")
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", None)
     fix = (
         " Define fn with `def` at the top level of an importable module "
         "(a test module is fine) and pass any values it needs as args."
     )
+    if not callable(fn):
+        raise TypeError(f"fn must be a module-level function; got {_validate.show(fn)}.{fix}")
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str):
         raise TypeError(
             f"fn must be a module-level function, found in a worker by "
