@@ -296,8 +296,9 @@ class LocalCluster:
         results[task.name] = answer.value
         return None
 
-    def _fail(self, call, results, failures, starts):
-        """Dumps stacks, tears the tasks down and raises the error for a call."""
+    def _fail(self, function, results, failures, starts):
+        """Dumps stacks, tears the tasks down and raises the error for a call of
+        `function` ("module:qualname")."""
         tasks = list(self._tasks)
         failed = {f.task for f in failures}
         pending = [t for t in tasks if t.name not in results and t.name not in failed]
@@ -307,10 +308,12 @@ class LocalCluster:
         stopped = {t.name for t in tasks if t.stopped()}
         self._teardown(graceful=False)
         if failures:
-            error = report.call_failure(call, tasks, failures, pending, stacks, outputs, stopped)
+            error = report.call_failure(
+                function, tasks, failures, pending, stacks, outputs, stopped
+            )
         else:
             error = report.call_timeout(
-                call, self._timeout, tasks, pending, stacks, outputs, stopped
+                function, self._timeout, tasks, pending, stacks, outputs, stopped
             )
         # The bind failure shows in TF's log, or (when TF_CPP_MIN_LOG_LEVEL hides
         # the log) only in the exception the task raised.
@@ -326,7 +329,7 @@ class LocalCluster:
             raise error from failures[0].raised.unpickled_exception()
         raise error
 
-    # -- Stacks and teardown -------------------------------------------------
+    # -- Teardown ------------------------------------------------------------
 
     def _teardown(self, graceful):
         tasks, self._tasks = self._tasks, []
