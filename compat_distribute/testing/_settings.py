@@ -167,13 +167,13 @@ OPTIONS = (
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Resolved settings, with where each value came from."""
+    """Settings as `read` found them (defaults: `OPTIONS`), with where each came from."""
 
-    tf_devices: int | None = None
-    tpu: str = "fake"
-    given_topology: str | None = None  # None: the fake's DEFAULT_TOPOLOGY
-    fake_tpu_strict: bool = False
-    sources: tuple = ()  # ((name, source), ...)
+    tf_devices: int | None
+    tpu: str
+    given_topology: str | None  # None: the fake's DEFAULT_TOPOLOGY
+    fake_tpu_strict: bool
+    sources: tuple  # ((name, source), ...)
 
     @property
     def fake_tpu_topology(self):
