@@ -13,6 +13,7 @@ import pytest
 from cluster_checks import descendants
 
 from compat_distribute.testing.cluster import ClusterError
+from compat_distribute.testing.cluster import LaunchHooks
 from compat_distribute.testing.cluster import PortPicker
 from compat_distribute.testing.cluster import current_task
 from compat_distribute.testing.cluster import local_cluster
@@ -186,6 +187,12 @@ def test_hooks_must_be_launch_hooks():
         r"got \{'pick_ports': None\} \(dict\)",
     ):
         local_cluster(2, hooks={"pick_ports": None})
+    with pytest.raises(
+        TypeError,
+        match=r"LaunchHooks\(pick_ports=...\) must be None or a callable; got \[4000, 4001\] "
+        r"\(list\)\. Pass a function",
+    ):
+        LaunchHooks(pick_ports=[4000, 4001])
 
 
 def test_current_task_and_worker_strategy_refuse_outside_a_worker():
