@@ -194,7 +194,7 @@ def test_help_names_the_limit_the_xla_flag_and_the_off_switch(pytester):
     assert "--no-fake-tpu-strict turn --fake-tpu-strict off, over the environment and ini" in text
 
 
-def test_settings_resolve_in_precedence_order():
+def test_settings_are_read_in_precedence_order():
     ini = {"tf_devices": "2", "tpu": "auto"}
     env = {"COMPAT_DISTRIBUTE_TF_DEVICES": "4", "COMPAT_DISTRIBUTE_FAKE_TPU_STRICT": "yes"}
     settings = _settings.read(cli={"tf_devices": "8"}, env=env, ini=ini, ini_path="setup.cfg")

@@ -34,4 +34,3 @@ class LaunchHooks:
                     f"{_validate.show(value)}. Pass a function with the signature "
                     f"documented on LaunchHooks, or leave {field.name} out."
                 )
-
