@@ -13,6 +13,7 @@ import pytest
 from cluster_checks import descendants
 
 from compat_distribute.testing.cluster import ClusterError
+from compat_distribute.testing.cluster import LaunchHooks
 from compat_distribute.testing.cluster import PortPicker
 from compat_distribute.testing.cluster import current_task
 from compat_distribute.testing.cluster import local_cluster
@@ -48,6 +49,7 @@ def _closure_maker():
             r"fn <bound method _Stepper.step .*> \(method\) is not reachable as test_cluster_arguments:_Stepper.step",
         ),
         (functools.partial(tasks.task_info, "x"), r"fn .* \(partial\) has no __module__/__qualname__"),
+        (42, r"fn must be a module-level function; got 42 \(int\)\. Define fn with `def`"),
     ],
 )
 def test_fn_that_a_worker_cannot_import_is_refused_before_any_process(fn, message):
@@ -93,6 +95,17 @@ def test_run_before_start_is_refused():
             {"num_workers": True},
             TypeError,
             r"num_workers must be a positive int; got True \(bool\)",
+        ),
+        (
+            {"num_workers": 65},
+            ValueError,
+            r"num_workers must be at most 64 \(each worker is a process that imports "
+            r"TensorFlow\); got 65. Ask for the workers the test needs",
+        ),
+        (
+            {"devices_per_worker": 257},
+            ValueError,
+            r"devices_per_worker must be at most 256 .*; got 257. Ask for the virtual CPU",
         ),
         (
             {"devices_per_worker": 0},
@@ -174,6 +187,12 @@ def test_hooks_must_be_launch_hooks():
         r"got \{'pick_ports': None\} \(dict\)",
     ):
         local_cluster(2, hooks={"pick_ports": None})
+    with pytest.raises(
+        TypeError,
+        match=r"LaunchHooks\(pick_ports=...\) must be None or a callable; got \[4000, 4001\] "
+        r"\(list\)\. Pass a function",
+    ):
+        LaunchHooks(pick_ports=[4000, 4001])
 
 
 def test_current_task_and_worker_strategy_refuse_outside_a_worker():

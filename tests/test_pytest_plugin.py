@@ -194,10 +194,10 @@ def test_help_names_the_limit_the_xla_flag_and_the_off_switch(pytester):
     assert "--no-fake-tpu-strict turn --fake-tpu-strict off, over the environment and ini" in text
 
 
-def test_settings_resolve_in_precedence_order():
+def test_settings_are_read_in_precedence_order():
     ini = {"tf_devices": "2", "tpu": "auto"}
     env = {"COMPAT_DISTRIBUTE_TF_DEVICES": "4", "COMPAT_DISTRIBUTE_FAKE_TPU_STRICT": "yes"}
-    settings = _settings.resolve(cli={"tf_devices": "8"}, env=env, ini=ini, ini_path="setup.cfg")
+    settings = _settings.read(cli={"tf_devices": "8"}, env=env, ini=ini, ini_path="setup.cfg")
     assert (settings.tf_devices, settings.tpu) == (8, "auto")
     assert settings.fake_tpu_topology == DEFAULT_TOPOLOGY
     assert settings.fake_tpu_strict is True
@@ -209,29 +209,29 @@ def test_settings_resolve_in_precedence_order():
         == "environment variable COMPAT_DISTRIBUTE_FAKE_TPU_STRICT"
     )
     assert settings.any_given
-    assert not _settings.resolve(env={"COMPAT_DISTRIBUTE_TPU": ""}, ini={"tpu": ""}).any_given
+    assert not _settings.read(env={"COMPAT_DISTRIBUTE_TPU": ""}, ini={"tpu": ""}).any_given
     # The off switch arrives as False and wins like any value.
-    off = _settings.resolve(cli={"fake_tpu_strict": False}, env=env)
+    off = _settings.read(cli={"fake_tpu_strict": False}, env=env)
     assert (off.fake_tpu_strict, off.source("fake_tpu_strict")) == (False, "the command line")
 
 
 def test_xla_flags_device_count_comes_after_the_ini_key():
     xla = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2 --xla_cpu_enable_fast_math=false "
                         "-xla_force_host_platform_device_count=16"}
-    settings = _settings.resolve(env=xla)
+    settings = _settings.read(env=xla)
     # The last flag wins, as XLA reads them; TensorFlow itself ignores the flag.
     assert settings.tf_devices == 16
     assert settings.source("tf_devices") == (
         "--xla_force_host_platform_device_count in environment variable XLA_FLAGS"
     )
     assert settings.any_given
-    assert _settings.resolve(env=xla, ini={"tf_devices": "4"}).tf_devices == 4
-    assert _settings.resolve(env={"XLA_FLAGS": "--xla_dump_to=/tmp/x"}).tf_devices is None
+    assert _settings.read(env=xla, ini={"tf_devices": "4"}).tf_devices == 4
+    assert _settings.read(env={"XLA_FLAGS": "--xla_dump_to=/tmp/x"}).tf_devices is None
     assert _settings.from_environment(xla).tf_devices == 16  # TestCase reads it too.
 
 
 def test_fake_backend_gets_topology_and_strict():
-    settings = _settings.resolve(cli={"fake_tpu_topology": "v4-8", "fake_tpu_strict": True})
+    settings = _settings.read(cli={"fake_tpu_topology": "v4-8", "fake_tpu_strict": True})
     backend = _tpu_backend.choose(settings)
     assert backend.describe() == "fake (v4-8, 4 cores on CPU, strict)"
     resolver = backend.make_resolver()
@@ -324,7 +324,7 @@ def test_tpu_connect_timeout_reports_where_it_blocked():
     def hanging_connect_and_initialize(name):
         release.wait(10)
 
-    settings = _settings.resolve(cli={"tpu": "stuck-tpu"})
+    settings = _settings.read(cli={"tpu": "stuck-tpu"})
     start = time.monotonic()
     with pytest.raises(_tpu_backend.TPUUnreachableError) as raised:
         _tpu_backend.choose(settings, timeout=0.3, connect_fn=hanging_connect_and_initialize)

@@ -167,13 +167,13 @@ OPTIONS = (
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Resolved settings, with where each value came from."""
+    """Settings as `read` found them (defaults: `OPTIONS`), with where each came from."""
 
-    tf_devices: int | None = None
-    tpu: str = "fake"
-    given_topology: str | None = None  # None: the fake's DEFAULT_TOPOLOGY
-    fake_tpu_strict: bool = False
-    sources: tuple = ()  # ((name, source), ...)
+    tf_devices: int | None
+    tpu: str
+    given_topology: str | None  # None: the fake's DEFAULT_TOPOLOGY
+    fake_tpu_strict: bool
+    sources: tuple  # ((name, source), ...)
 
     @property
     def fake_tpu_topology(self):
@@ -198,8 +198,8 @@ class Settings:
         return any(source != DEFAULT_SOURCE for _, source in self.sources)
 
 
-def resolve(cli=None, env=None, ini=None, ini_path=None):
-    """Returns `Settings` from the places, highest precedence first.
+def read(cli=None, env=None, ini=None, ini_path=None):
+    """Reads `Settings` from the places, highest precedence first.
 
     `cli` and `ini` map option names to raw values (None or "" when not set),
     `env` is a mapping such as `os.environ`. Raises `SettingError` naming the
@@ -239,7 +239,7 @@ def resolve(cli=None, env=None, ini=None, ini_path=None):
 
 def from_environment(environ):
     """Settings for code outside pytest: environment variables, then defaults."""
-    return resolve(env=environ)
+    return read(env=environ)
 
 
 def check_devices_hold_fake(settings, fake_cores):

@@ -26,9 +26,10 @@ and, with no setting given, no header line. `--tpu` is resolved in
 `pytest_configure` too (see `_tpu_backend`): a NAME that cannot be reached
 fails the session instead of falling back to the fake.
 
-Fixtures: `tpu_resolver`, `tpu_strategy` and `local_cluster` (session scope),
-and `strategy`, parametrised as "default", "mirrored" (MirroredStrategy over
-all logical CPUs) and "tpu" (`tpu_strategy`).
+Fixtures: `tpu_resolver`, `tpu_strategy`, `mirrored_strategy`
+(MirroredStrategy over all logical CPUs) and `local_cluster` (session scope),
+and `strategy`, parametrised as "default", "mirrored" (`mirrored_strategy`) and
+"tpu" (`tpu_strategy`).
 
 Markers:
     tpu               needs a real TPU; skipped on the fake.
@@ -110,7 +111,7 @@ def _is_xdist_worker(config):
 
 def _read_settings(config):
     try:
-        return _settings.resolve(
+        return _settings.read(
             cli={o.name: config.getoption(_dest(o)) for o in _settings.OPTIONS},
             env=os.environ,
             ini={o.name: config.getini(o.name) for o in _settings.OPTIONS},

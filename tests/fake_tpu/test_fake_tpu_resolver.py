@@ -69,10 +69,24 @@ def test_bad_resolver_arguments_raise_value_error(kwargs, message):
     assert message in str(info.value)
 
 
-def test_bad_fake_tpu_arguments_raise_before_patching():
+@pytest.mark.parametrize(
+    "args, kwargs, error, message",
+    [
+        (("v5-9",), {}, ValueError, "Unknown TPU topology 'v5-9'"),
+        (
+            (),
+            dict(device_type="TPU"),
+            ValueError,
+            "device_type must be one of ('CPU', 'GPU'); got 'TPU'",
+        ),
+        ((), dict(strict="yes"), TypeError, "strict must be True or False; got 'yes'."),
+    ],
+)
+def test_bad_fake_tpu_arguments_raise_before_patching(args, kwargs, error, message):
     before = tf.distribute.TPUStrategy
-    with pytest.raises(ValueError, match="Unknown TPU topology 'v5-9'"):
-        fake_tpu("v5-9")
+    with pytest.raises(error) as info:
+        fake_tpu(*args, **kwargs)
+    assert message in str(info.value)
     assert tf.distribute.TPUStrategy is before
 
 

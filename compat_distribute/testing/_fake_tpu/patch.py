@@ -30,7 +30,8 @@ class FakeTPU:
         strict=False,
         device_type="CPU",
     ):
-        topologies.resolve(topology, mesh_shape)  # Bad input fails here, not at start().
+        # Bad input fails here, not when the first resolver is built.
+        resolver_lib.check_config(topology, mesh_shape, strict, device_type)
         self._config = dict(
             topology=topology, mesh_shape=mesh_shape, strict=strict, device_type=device_type
         )

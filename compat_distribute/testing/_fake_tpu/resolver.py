@@ -19,6 +19,19 @@ JOB = "worker"
 _INITIALIZED = set()
 
 
+def check_config(topology, mesh_shape, strict, device_type):
+    """`(name, mesh)` of a fake TPU's arguments; raises before any state changes."""
+    name_and_mesh = topologies.resolve(topology, mesh_shape)
+    if device_type not in _devices.DEVICE_TYPES:
+        raise ValueError(
+            f"device_type must be one of {_devices.DEVICE_TYPES}; got "
+            f"{device_type!r}. The fake TPU's cores are logical CPU (or GPU) devices."
+        )
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict must be True or False; got {strict!r}.")
+    return name_and_mesh
+
+
 class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     """A one-host TPU slice of `topology` (or `mesh_shape`) on logical devices.
 
@@ -40,14 +53,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         device_type="CPU",
         job_name=JOB,
     ):
-        self._topology_name, self._mesh_shape = topologies.resolve(topology, mesh_shape)
-        if device_type not in _devices.DEVICE_TYPES:
-            raise ValueError(
-                f"device_type must be one of {_devices.DEVICE_TYPES}; got "
-                f"{device_type!r}. The fake TPU's cores are logical CPU (or GPU) devices."
-            )
-        if not isinstance(strict, bool):
-            raise TypeError(f"strict must be True or False; got {strict!r}.")
+        self._topology_name, self._mesh_shape = check_config(
+            topology, mesh_shape, strict, device_type
+        )
         self._num_cores = int(np.prod(self._mesh_shape))
         self._strict = strict
         self._device_type = device_type

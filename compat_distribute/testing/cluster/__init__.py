@@ -32,6 +32,7 @@ One module per role, as pytest-xdist's dsession / workermanage / remote:
     worker      the main of a task that serves `run` (in the task process)
     context     current_task() and worker_strategy() (in the task process)
     protocol    the typed messages between the two, and function references
+    checks      the arguments' checks, before anything starts
     report      the error texts
     tf_config   the cluster spec and each task's TF_CONFIG
     ports       free loopback ports

@@ -4,7 +4,31 @@ import numbers
 
 from compat_distribute import _validate
 from compat_distribute._tf_config import parse_tf_config
+from compat_distribute.testing import devices
 from compat_distribute.testing.cluster.hooks import LaunchHooks
+
+# Each task is a process that imports TensorFlow (seconds of CPU, hundreds of
+# MB): a count far past this on one machine is a typo, not a test.
+MAX_WORKERS = 64
+
+
+def num_workers(value):
+    n = _validate.positive_int("num_workers", value)
+    if n > MAX_WORKERS:
+        raise ValueError(
+            f"num_workers must be at most {MAX_WORKERS} (each worker is a process that "
+            f"imports TensorFlow); got {n}. Ask for the workers the test needs, e.g. "
+            f"local_cluster(2)."
+        )
+    return n
+
+
+def devices_per_worker(value):
+    return devices.check_count(
+        "devices_per_worker",
+        value,
+        fix=" Ask for the virtual CPU devices one worker's strategy needs, e.g. 2.",
+    )
 
 
 def positive_seconds(name, value):

@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from compat_distribute import _validate
+
 
 @dataclasses.dataclass(frozen=True)
 class LaunchHooks:
@@ -23,3 +25,12 @@ class LaunchHooks:
     command: object = None
     on_launch: object = None
 
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None and not callable(value):
+                raise TypeError(
+                    f"LaunchHooks({field.name}=...) must be None or a callable; got "
+                    f"{_validate.show(value)}. Pass a function with the signature "
+                    f"documented on LaunchHooks, or leave {field.name} out."
+                )

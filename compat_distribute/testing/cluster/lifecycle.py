@@ -65,11 +65,11 @@ class LocalCluster:
         network="auto",
         hooks=None,
     ):
-        self._num_workers = _validate.positive_int("num_workers", num_workers)
+        self._num_workers = checks.num_workers(num_workers)
         if not isinstance(has_chief, bool):
             raise TypeError(f"has_chief must be True or False; got {_validate.show(has_chief)}.")
         self._has_chief = has_chief
-        self._devices_per_worker = _validate.positive_int("devices_per_worker", devices_per_worker)
+        self._devices_per_worker = checks.devices_per_worker(devices_per_worker)
         self._timeout = checks.positive_seconds("timeout", timeout)
         self._start_timeout = (
             max(self._timeout, 60.0)
@@ -121,7 +121,7 @@ class LocalCluster:
         binds 0.0.0.0). Resolving network="auto" probes the platform once per
         process, and warns when it falls back to "host".
         """
-        self._network = netns.resolve(self._network)
+        self._network = netns.choose(self._network)
         return self._network
 
     def output(self, task_type, task_id) -> str:
@@ -296,8 +296,9 @@ class LocalCluster:
         results[task.name] = answer.value
         return None
 
-    def _fail(self, call, results, failures, starts):
-        """Dumps stacks, tears the tasks down and raises the error for a call."""
+    def _fail(self, function, results, failures, starts):
+        """Dumps stacks, tears the tasks down and raises the error for a call of
+        `function` ("module:qualname")."""
         tasks = list(self._tasks)
         failed = {f.task for f in failures}
         pending = [t for t in tasks if t.name not in results and t.name not in failed]
@@ -307,10 +308,12 @@ class LocalCluster:
         stopped = {t.name for t in tasks if t.stopped()}
         self._teardown(graceful=False)
         if failures:
-            error = report.call_failure(call, tasks, failures, pending, stacks, outputs, stopped)
+            error = report.call_failure(
+                function, tasks, failures, pending, stacks, outputs, stopped
+            )
         else:
             error = report.call_timeout(
-                call, self._timeout, tasks, pending, stacks, outputs, stopped
+                function, self._timeout, tasks, pending, stacks, outputs, stopped
             )
         # The bind failure shows in TF's log, or (when TF_CPP_MIN_LOG_LEVEL hides
         # the log) only in the exception the task raised.
@@ -326,7 +329,7 @@ class LocalCluster:
             raise error from failures[0].raised.unpickled_exception()
         raise error
 
-    # -- Stacks and teardown -------------------------------------------------
+    # -- Teardown ------------------------------------------------------------
 
     def _teardown(self, graceful):
         tasks, self._tasks = self._tasks, []
@@ -355,9 +358,9 @@ def local_cluster(
     """A cluster of local processes that runs a function in every task.
 
     Args:
-        num_workers: number of "worker" tasks (>= 1).
+        num_workers: number of "worker" tasks (1 to 64).
         has_chief: also start a "chief" task; it comes first in results.
-        devices_per_worker: virtual CPU devices each task gets (>= 1), set up
+        devices_per_worker: virtual CPU devices each task gets (1 to 256), set up
             before the function runs any op.
         timeout: seconds a `run` may take before it fails with every task's stack.
         env: extra environment variables for the tasks (str -> str). TF_CONFIG is

@@ -190,7 +190,7 @@ def check(network):
     return network
 
 
-def resolve(network):
+def choose(network):
     """"private" or "host" for `network`; "auto" probes once per process and
     warns (RuntimeWarning) when it falls back to "host"."""
     if network != "auto":

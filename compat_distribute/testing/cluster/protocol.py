@@ -131,29 +131,30 @@ class TaskDied:
 # -- Functions by reference -------------------------------------------------
 
 
-def resolve(obj, qualname):
+def lookup(obj, qualname):
+    """The attribute of `obj` at dotted `qualname` (a function by reference)."""
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
 
 
-def _resolve_or_none(obj, qualname):
+def _lookup_or_none(obj, qualname):
     try:
-        return resolve(obj, qualname)
+        return lookup(obj, qualname)
     except AttributeError:
         return None
 
 
 def function_reference(fn):
     """(module, qualname) that a fresh process can import `fn` by, or raises."""
-    if not callable(fn):
-        raise TypeError(f"fn must be a module-level function; got {_validate.show(fn)}.")
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", None)
     fix = (
         " Define fn with `def` at the top level of an importable module "
         "(a test module is fine) and pass any values it needs as args."
     )
+    if not callable(fn):
+        raise TypeError(f"fn must be a module-level function; got {_validate.show(fn)}.{fix}")
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str):
         raise TypeError(
             f"fn must be a module-level function, found in a worker by "
@@ -188,10 +189,10 @@ def function_reference(fn):
                 f"`python -c`, or a script that is not on sys.path), which a worker "
                 f"process cannot import.{fix}"
             )
-        found = _resolve_or_none(main, qualname)
+        found = _lookup_or_none(main, qualname)
     else:
         mod = sys.modules.get(module)
-        found = _resolve_or_none(mod, qualname) if mod is not None else None
+        found = _lookup_or_none(mod, qualname) if mod is not None else None
     if found is not fn:
         raise ValueError(
             f"fn {_validate.show(fn)} is not reachable as {module}:{qualname} (was the "

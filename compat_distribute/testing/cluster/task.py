@@ -31,8 +31,9 @@ from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import tf_config
 
 # argv: fd of the socket, parent pid, 1 to set the parent-death signal, the
-# main ("module" or "module:function"), then main's own arguments. Nothing before `Alive` imports TensorFlow,
-# so a task stuck importing it can still dump its stack.
+# main ("module" or "module:function"), then main's own arguments. Nothing
+# before `Alive` imports TensorFlow, so a task stuck importing it can still
+# dump its stack.
 BOOTSTRAP = """\
 import faulthandler, os, signal, sys, threading, time
 faulthandler.enable()
@@ -52,7 +53,6 @@ threading.Thread(target=_exit_when_orphaned, args=(int(parent),), daemon=True).s
 os.set_inheritable(int(fd), False)
 from multiprocessing import connection
 from compat_distribute.testing.cluster import protocol
-from compat_distribute.testing.cluster import report
 conn = connection.Connection(int(fd))
 conn.send(protocol.Alive(os.getpid()))
 import importlib

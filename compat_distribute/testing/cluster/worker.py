@@ -24,7 +24,7 @@ def _answer(call):
     """The pickled `Result` of `call`, or of the `Raised` that it raised."""
     try:
         args, kwargs = pickle.loads(call.payload)
-        fn = protocol.resolve(importlib.import_module(call.module), call.qualname)
+        fn = protocol.lookup(importlib.import_module(call.module), call.qualname)
         return protocol.dumps_result(call, fn(*args, **kwargs))
     except BaseException as e:  # pylint: disable=broad-except
         return protocol.dumps(protocol.Raised.from_exception(call.call_id, e))
