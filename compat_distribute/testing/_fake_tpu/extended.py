@@ -47,7 +47,10 @@ class FakeTPUExtended(_tf.MirroredExtended):
             ]
         # [replica][logical core] -> device, as TPUExtended's.
         self._tpu_devices = np.array(tpu_devices, dtype=object)
-        super().__init__(container_strategy, devices=list(self._tpu_devices[:, 0]))
+        if resolver.pod is None:
+            super().__init__(container_strategy, devices=list(self._tpu_devices[:, 0]))
+        else:  # Devices of several hosts.
+            resolver.pod.init_extended(self, container_strategy, self._tpu_devices[:, 0])
         self._tpu_cluster_resolver = resolver
         self._tpu_metadata = resolver.get_tpu_system_metadata()
         self._device_assignment = device_assignment

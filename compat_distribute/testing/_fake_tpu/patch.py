@@ -20,6 +20,10 @@ class FakeTPU:
     `compat_distribute.TPUStrategy()` with no resolver (TF1's
     `TPUClusterResolver("")`) builds one too. A context manager, and
     `start()`/`stop()` as in chex.
+
+    A pod preset ("v3-32") starts its hosts, one server process each, in
+    `start()`, and stops them in `stop()`; every resolver the fake makes
+    shares them. `hosts=1` runs every core of the slice in this process.
     """
 
     def __init__(
@@ -29,17 +33,41 @@ class FakeTPU:
         mesh_shape=None,
         strict=False,
         device_type="CPU",
+        hosts=None,
     ):
-        topologies.resolve(topology, mesh_shape)  # Bad input fails here, not at start().
+        # Bad input fails here, not at start().
+        name, _ = topologies.resolve(topology, mesh_shape)
+        topologies.host_count(name, hosts)
         self._config = dict(
-            topology=topology, mesh_shape=mesh_shape, strict=strict, device_type=device_type
+            topology=topology,
+            mesh_shape=mesh_shape,
+            strict=strict,
+            device_type=device_type,
+            hosts=hosts,
         )
+        self._pod = None  # the hosts, shared by every resolver of a pod
         self._resolver_class = _resolver_class(self)
         self._patch = _patching.Patch(self._routes())
 
     def resolver(self, job_name=resolver_lib.JOB):
         """A new `FakeTPUClusterResolver` of this fake's topology."""
-        return resolver_lib.FakeTPUClusterResolver(job_name=job_name, **self._config)
+        return self._share_pod(
+            resolver_lib.FakeTPUClusterResolver(job_name=job_name, **self._config)
+        )
+
+    def _share_pod(self, resolver):
+        if resolver.pod is not None:
+            if self._pod is None:
+                self._pod = resolver.pod
+            resolver.pod = self._pod
+        return resolver
+
+    @property
+    def pod(self):
+        """The `FakePod` of a pod preset (its hosts), None for one host."""
+        if self._pod is None:
+            self.resolver()
+        return self._pod
 
     def _routes(self):
         system = (
@@ -76,6 +104,11 @@ class FakeTPU:
         return self._patch.active
 
     def start(self):
+        if self.active:
+            self._patch.start()  # raises: started twice
+        pod = self.pod
+        if pod is not None:
+            pod.start()  # Before the patch: a failed start leaves nothing routed.
         self._patch.start()
         resolver_lib.ACTIVE.append(self)
         return self
@@ -83,8 +116,12 @@ class FakeTPU:
     def stop(self):
         if not self.active:
             return
-        self._patch.stop()
-        resolver_lib.ACTIVE.remove(self)
+        try:
+            if self._pod is not None:
+                self._pod.stop()
+        finally:
+            self._patch.stop()
+            resolver_lib.ACTIVE.remove(self)
 
     def __enter__(self):
         return self.start()
@@ -114,6 +151,7 @@ def _resolver_class(fake):
             del tpu, zone, project, coordinator_name, coordinator_address
             del credentials, service, discovery_url
             super().__init__(job_name=job_name, **fake._config)  # pylint: disable=protected-access
+            fake._share_pod(self)  # pylint: disable=protected-access
 
         @staticmethod
         def connect(tpu=None, zone=None, project=None):
@@ -125,7 +163,18 @@ def _resolver_class(fake):
 
 
 def fake_tpu(
-    topology=topologies.DEFAULT_TOPOLOGY, *, mesh_shape=None, strict=False, device_type="CPU"
+    topology=topologies.DEFAULT_TOPOLOGY,
+    *,
+    mesh_shape=None,
+    strict=False,
+    device_type="CPU",
+    hosts=None,
 ):
-    """A `FakeTPU`: `with fake_tpu("v3-8"): ...` runs unmodified TPU code on CPUs."""
-    return FakeTPU(topology, mesh_shape=mesh_shape, strict=strict, device_type=device_type)
+    """A `FakeTPU`: `with fake_tpu("v3-8"): ...` runs unmodified TPU code on CPUs.
+
+    `fake_tpu("v3-32")` is a pod: one server process per host, driven by this
+    process as the pod's client; `hosts=1` keeps every core in this process.
+    """
+    return FakeTPU(
+        topology, mesh_shape=mesh_shape, strict=strict, device_type=device_type, hosts=hosts
+    )

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from compat_distribute.testing import _tf
 from compat_distribute.testing import devices as _devices
+from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import topologies
 
 JOB = "worker"
@@ -29,6 +30,12 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     devices; they are created here when TensorFlow has not started yet (see
     `compat_distribute.testing.set_virtual_devices`). `strict=True` makes the
     strategy check step functions for TPU (XLA) compatibility when traced.
+
+    A pod preset ("v3-32") answers as `TPUClusterResolver` does on a pod's
+    client: its `pod` (a `FakePod`) runs one server process per host, started
+    on first use (`master()`, `cluster_spec()`, a strategy) and stopped by
+    `pod.stop()`, by the `fake_tpu()` that made the resolver, or at exit;
+    `hosts=1` puts every core of the slice in this process instead.
     """
 
     def __init__(
@@ -39,8 +46,16 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         strict=False,
         device_type="CPU",
         job_name=JOB,
+        hosts=None,
     ):
         self._topology_name, self._mesh_shape = topologies.resolve(topology, mesh_shape)
+        self._num_hosts = topologies.host_count(self._topology_name, hosts)
+        if self._num_hosts > 1 and device_type != "CPU":
+            raise ValueError(
+                f"device_type must be 'CPU' for the pod {self._topology_name!r} (its hosts' "
+                f"cores are CPU devices of server processes); got {device_type!r}. Pass "
+                f"hosts=1 for every core in this process."
+            )
         if device_type not in _devices.DEVICE_TYPES:
             raise ValueError(
                 f"device_type must be one of {_devices.DEVICE_TYPES}; got "
@@ -51,7 +66,14 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         self._num_cores = int(np.prod(self._mesh_shape))
         self._strict = strict
         self._device_type = device_type
-        self._core_devices = tuple(_devices.set_virtual_devices(self._num_cores, device_type))
+        if self._num_hosts == 1:
+            self.pod = None
+            self._core_devices = tuple(_devices.set_virtual_devices(self._num_cores, device_type))
+        else:
+            self.pod = pod_lib.FakePod(
+                self._topology_name, self._num_hosts, self._num_cores // self._num_hosts
+            )
+            self._core_devices = self.pod.core_devices
         self._tpu = f"fake-{self._topology_name}"  # TF's initialize_tpu_system keys on this.
         self.task_type = job_name
         self.task_id = 0
@@ -61,7 +83,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     def __repr__(self):
         return (
             f"FakeTPUClusterResolver({self._topology_name!r}, mesh_shape={self._mesh_shape}, "
-            f"cores={self._num_cores}, device_type={self._device_type!r})"
+            f"cores={self._num_cores}, hosts={self._num_hosts}, device_type={self._device_type!r})"
         )
 
     # What the fake is.
@@ -77,6 +99,10 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     @property
     def num_cores(self):
         return self._num_cores
+
+    @property
+    def num_hosts(self):
+        return self._num_hosts
 
     @property
     def strict(self):
@@ -95,7 +121,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
 
     def master(self, task_type=None, task_id=None, rpc_layer=None):
         del task_type, task_id, rpc_layer
-        return ""
+        return "" if self.pod is None else self.pod.master()
 
     def get_master(self):
         return self.master()
@@ -107,11 +133,12 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         return "/job:" + self.get_job_name() + "/task:0"
 
     def cluster_spec(self):
-        return tf.train.ClusterSpec({})
+        return tf.train.ClusterSpec({}) if self.pod is None else self.pod.cluster_spec()
 
     def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+        """The cores of one host, as TF's (all of them on a one-host slice)."""
         del task_type, task_id, config_proto
-        return {"TPU": self._num_cores}
+        return {"TPU": self._num_cores // self._num_hosts}
 
     def get_tpu_system_metadata(self):
         device_attributes = _tf.DeviceAttributes
@@ -120,8 +147,8 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         )
         return _tf.TPUSystemMetadata(
             num_cores=self._num_cores,
-            num_hosts=1,
-            num_of_cores_per_host=self._num_cores,
+            num_hosts=self._num_hosts,
+            num_of_cores_per_host=self._num_cores // self._num_hosts,
             topology=None,  # As TF's: the topology comes from initialize_tpu_system.
             devices=devices,
         )
@@ -150,7 +177,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         if self._topology is None:
             self._topology = tf.tpu.experimental.Topology(
                 mesh_shape=list(self._mesh_shape),
-                device_coordinates=topologies.device_coordinates(self._mesh_shape),
+                device_coordinates=topologies.device_coordinates(
+                    self._mesh_shape, self._num_hosts
+                ),
             )
         return self._topology
 
@@ -234,6 +263,8 @@ def initialize_tpu_system(cluster_resolver=None):
             "variables on TPU to be lost.",
             name,
         )
+    if resolver.pod is not None:
+        resolver.pod.start()
     topology = resolver.tpu_topology()
     resolver.set_tpu_topology(topology.serialized())
     _INITIALIZED.add(name)
@@ -248,8 +279,11 @@ def shutdown_tpu_system(cluster_resolver=None):
 
 
 def connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs):
-    """`tf.config.experimental_connect_to_cluster`: a fake TPU is local already."""
+    """`tf.config.experimental_connect_to_cluster`: a one-host fake TPU is local
+    already; a pod's client connects to its hosts."""
     if is_fake(cluster_spec_or_resolver):
+        if cluster_spec_or_resolver.pod is not None:
+            cluster_spec_or_resolver.pod.connect(*args, **kwargs)
         return None
     return _tf.connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs)
 
