@@ -58,4 +58,5 @@ def test_mirrored_extended_keeps_its_input_workers_as_host_device_pairs():
 
     extended = tf.distribute.MirroredStrategy(["/cpu:0"]).extended
     (host, devices), = extended._input_workers_devices  # pylint: disable=protected-access
-    assert host.endswith("/device:CPU:0") and devices == ("/cpu:0",)
+    cpu = "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert (host, devices) == (cpu, (cpu,))

@@ -34,8 +34,8 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     A pod preset ("v3-32") answers as `TPUClusterResolver` does on a pod's
     client: its `pod` (a `FakePod`) runs one server process per host, started
     on first use (`master()`, `cluster_spec()`, a strategy) and stopped by
-    `pod.stop()`, by the `fake_tpu()` that made the resolver, or at exit;
-    `hosts=1` puts every core of the slice in this process instead.
+    `pod.stop()` or at exit; inside `fake_tpu()` of that preset it shares the
+    fake's hosts. `hosts=1` puts every core of the slice in this process.
     """
 
     def __init__(
@@ -70,7 +70,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
             self.pod = None
             self._core_devices = tuple(_devices.set_virtual_devices(self._num_cores, device_type))
         else:
-            self.pod = pod_lib.FakePod(
+            self.pod = _active_pod(self._topology_name) or pod_lib.FakePod(
                 self._topology_name, self._num_hosts, self._num_cores // self._num_hosts
             )
             self._core_devices = self.pod.core_devices
@@ -225,6 +225,15 @@ def is_fake(resolver):
 
 # The fake TPUs in force (innermost last), for calls that pass no resolver.
 ACTIVE = []
+
+
+def _active_pod(name):
+    """The hosts of the innermost fake of pod `name` in force, shared by its resolvers."""
+    for fake in reversed(ACTIVE):
+        pod = fake._pod  # pylint: disable=protected-access
+        if pod is not None and pod.name == name:
+            return pod
+    return None
 
 
 def default_resolver():

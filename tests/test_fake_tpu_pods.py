@@ -1,0 +1,256 @@
+"""Fake TPU pods: a multi-host slice as host processes, driven by one client.
+
+Each pod program (pod_programs.py) runs in a client process of its own, since
+connecting to a pod changes that process's TensorFlow context for good; the
+module shares one v3-32 pod run (4 hosts) between its tests.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from compat_distribute.testing import PRESETS
+from compat_distribute.testing import TOPOLOGIES
+from compat_distribute.testing import fake_tpu
+from compat_distribute.testing._fake_tpu import topologies
+from compat_distribute.testing.cluster import workdir
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+PROGRAM_TIMEOUT_S = 300
+
+
+def _client(name, *args, env=None):
+    """Runs pod program `name` in a fresh client process; returns its RESULT."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(TESTS_DIR, "pod_programs.py"), name, *args],
+        capture_output=True,
+        text=True,
+        timeout=PROGRAM_TIMEOUT_S,
+        env=_env(env),
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, result.stderr[-5000:]
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def _env(extra=None):
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([TESTS_DIR] + sys.path),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        **(extra or {}),
+    )
+
+
+@pytest.fixture(name="pod_run", scope="module")
+def pod_run_fixture(tmp_path_factory):
+    return _client("pod", str(tmp_path_factory.mktemp("pod_checkpoints")))
+
+
+@pytest.fixture(name="one_host_run", scope="module")
+def one_host_run_fixture(pod_run):
+    return _client("one_host", pod_run["checkpoint"])
+
+
+# -- The presets (no process started) ----------------------------------------
+
+# (name, hosts, chips, TensorFlow devices, mesh), from the Cloud TPU pages: a
+# host of a pod drives 4 chips.
+PODS = [
+    ("v2-32", 4, 16, 32, (4, 4, 1, 2)),
+    ("v3-32", 4, 16, 32, (4, 4, 1, 2)),
+    ("v4-16", 2, 8, 8, (2, 2, 2, 1)),
+    ("v4-32", 4, 16, 16, (2, 2, 4, 1)),
+    ("v5p-16", 2, 8, 8, (2, 2, 2, 1)),
+    ("v5litepod-16", 4, 16, 16, (4, 4, 1, 1)),
+    ("v5litepod-32", 8, 32, 32, (4, 8, 1, 1)),
+    ("v6e-16", 4, 16, 16, (4, 4, 1, 1)),
+    ("v6e-32", 8, 32, 32, (4, 8, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("name, hosts, chips, cores, mesh", PODS, ids=[p[0] for p in PODS])
+def test_pod_presets_have_their_hosts_of_four_chips(name, hosts, chips, cores, mesh):
+    preset = PRESETS[name]
+    assert (preset.hosts, preset.chips, preset.cores, preset.mesh_shape) == (
+        hosts,
+        chips,
+        cores,
+        mesh,
+    )
+    assert name not in TOPOLOGIES  # the one-host table the plugin and smoke read
+    coordinates = topologies.device_coordinates(mesh, hosts)
+    assert coordinates.shape == (hosts, cores // hosts, 4)
+    # Every core once; each host holds a 2x2x1 block of chips.
+    assert len({tuple(c) for c in coordinates.reshape(-1, 4).tolist()}) == cores
+    for host in coordinates.tolist():
+        xs, ys, zs = ({c[axis] for c in host} for axis in range(3))
+        assert (len(xs), len(ys), len(zs)) == (2, 2, 1)
+
+
+def test_a_pod_resolver_starts_nothing_until_used():
+    from compat_distribute.testing import FakeTPUClusterResolver
+
+    resolver = FakeTPUClusterResolver("v4-32")
+    assert (resolver.num_hosts, resolver.num_accelerators()) == (4, {"TPU": 4})
+    assert resolver.pod.running is False and resolver.pod.pids == []
+    assert resolver.core_devices[4] == "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+@pytest.mark.parametrize(
+    "topology, hosts, accepted",
+    [
+        ("v3-32", 2, "1 (every core in this process) or 4 (its hosts)"),
+        ("v3-32", "4", "1 (every core in this process) or 4 (its hosts)"),
+        ("v3-8", 4, "1"),
+    ],
+)
+def test_a_host_count_the_slice_does_not_have_is_refused(topology, hosts, accepted):
+    with pytest.raises(ValueError) as raised:
+        fake_tpu(topology, hosts=hosts)
+    assert str(raised.value) == (
+        f"hosts must be None or {accepted} for the TPU slice {topology!r}; got {hosts!r}. "
+        f"A slice has the hosts of its preset: pick a pod preset ({', '.join(topologies.PODS)}) "
+        f"for several hosts."
+    )
+
+
+def test_a_pod_on_gpus_is_refused():
+    from compat_distribute.testing import FakeTPUClusterResolver
+
+    with pytest.raises(ValueError, match=r"device_type must be 'CPU' for the pod 'v3-32'"):
+        FakeTPUClusterResolver("v3-32", device_type="GPU")
+
+
+# -- One v3-32 pod run: unmodified TF2 pod code on 4 host processes ----------
+
+
+@pytest.mark.multi_worker
+def test_tf2_pod_code_gets_32_replicas_on_4_host_processes(pod_run):
+    assert pod_run["replicas"] == [32, 4, 8]  # replicas, num_hosts, num_replicas_per_host
+    assert pod_run["topology"] == [4, 8, [4, 4, 1, 2]]
+    assert pod_run["host_0_chips"] == [[0, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0]]
+    assert pod_run["num_accelerators"] == {"TPU": 8}  # per host, as TF's resolver says
+    addresses = pod_run["cluster_spec"]["worker"]
+    assert len(addresses) == 4 and all(a.startswith("127.0.0.1:") for a in addresses)
+    assert pod_run["master"] == "grpc://" + addresses[0]
+    assert len(pod_run["host_pids"]) == 4 and pod_run["host_processes_are_children"]
+    # Host-major: replica r runs on core r % 8 of host r // 8.
+    assert pod_run["replica_devices"] == [
+        f"/job:worker/replica:0/task:{r // 8}/device:CPU:{r % 8}" for r in range(32)
+    ]
+    assert pod_run["all_reduce"] == [float(sum(range(32)))] * 32
+
+
+@pytest.mark.multi_worker
+def test_each_host_runs_its_own_input_pipeline(pod_run):
+    # (num_input_pipelines, input_pipeline_id, num_replicas_in_sync), one per host.
+    assert pod_run["input_contexts"] == [[4, host, 32] for host in range(4)]
+
+
+@pytest.mark.multi_worker
+def test_eager_run_is_refused_as_on_a_tpu(pod_run):
+    kind, message = pod_run["eager_run"]
+    assert kind == "NotImplementedError"
+    assert message.startswith("TPUStrategy.run(fn, ...) does not support pure eager execution.")
+
+
+@pytest.mark.multi_worker
+def test_pod_training_converges_and_its_checkpoint_restores_on_one_host(pod_run, one_host_run):
+    losses = pod_run["losses"]
+    assert len(losses) == 30
+    assert max(losses[-5:]) < losses[0] / 10
+    assert sorted(pod_run["checkpoint_files"]) == [
+        "checkpoint",
+        "pod-1.data-00000-of-00001",
+        "pod-1.index",
+    ]
+    w, b = pod_run["model"]
+    restored_w, restored_b, iterations = one_host_run["restored"]
+    assert restored_w == [w] * 32 and restored_b == [b] * 32
+    assert iterations == 30
+
+
+@pytest.mark.multi_worker
+def test_the_v1_shim_runs_on_the_pod_and_shares_its_hosts(pod_run):
+    assert pod_run["v1"] == [32, 4, 4]  # replicas, num_hosts, steps_per_run
+    assert pod_run["v1_all_reduce"] == float(sum(range(32)))
+    assert pod_run["host_pids_after_v1"] == pod_run["host_pids"]
+
+
+@pytest.mark.multi_worker
+def test_a_killed_host_fails_the_next_step_naming_it(pod_run):
+    pid = pod_run["host_pids"][2]
+    assert pod_run["watchdog"] == f"host 2 (worker 2, pid {pid}, was killed by SIGKILL)"
+    kind, message = pod_run["dead_host_step"]
+    assert kind == "UnavailableError"
+    assert "/job:worker/replica:0/task:2/" in message
+    assert pod_run["dead_host_step_s"] < 60
+    assert pod_run["check"] == [
+        "ClusterTaskError",
+        f"local_cluster: worker 2 (pid {pid}) was killed by SIGKILL.",
+        2,
+    ]
+
+
+@pytest.mark.multi_worker
+def test_stop_leaves_no_host_process_and_no_directory(pod_run):
+    assert pod_run["after_stop"] == {
+        "hosts_alive": [],
+        "children": [],
+        "cluster_dir_exists": False,
+        "running": False,
+    }
+
+
+@pytest.mark.multi_worker
+def test_hosts_1_gives_the_same_32_replicas_in_the_client_alone(one_host_run):
+    assert one_host_run["master"] == ""
+    assert one_host_run["topology"] == [1, 32]
+    assert one_host_run["replicas"] == [32, 1, 32]
+    assert one_host_run["all_reduce"] == float(sum(range(32)))
+    assert one_host_run["children"] == []
+    assert one_host_run["input_contexts"] == [[1, 0, 32]]
+    assert one_host_run["v1"] == [32, 1, 4]
+    assert one_host_run["v1_all_reduce"] == float(sum(range(32)))
+
+
+@pytest.mark.multi_worker
+def test_hosts_die_with_a_client_killed_by_sigkill(tmp_path):
+    temp_dir = tmp_path / "tmp"
+    temp_dir.mkdir()
+    client = subprocess.Popen(
+        [sys.executable, os.path.join(TESTS_DIR, "pod_programs.py"), "hold_pod"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env({"TMPDIR": str(temp_dir)}),
+    )
+    try:
+        line = client.stdout.readline()
+    finally:
+        client.kill()
+        client.wait()
+        client.stdout.close()
+    word, directory, *pids = line.split()
+    pids = [int(p) for p in pids]
+    assert word == "HOSTS" and len(pids) == 2 and os.path.dirname(directory) == str(temp_dir)
+    deadline = time.monotonic() + 10
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p for p in pids if _running(p)] == []
+    # The killed client could not remove its directory; the next launch does.
+    assert workdir.reap_abandoned(str(temp_dir)) == [directory]
+    assert os.listdir(temp_dir) == []
+    assert client.returncode == -signal.SIGKILL
+
+
+def _running(pid):
+    from cluster_checks import running
+
+    return running(pid)
