@@ -8,6 +8,7 @@ never run inside the test process.
 
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -85,6 +86,12 @@ def _descendants():
     return sorted(descendants())
 
 
+def running(pid):
+    from cluster_checks import running as is_running
+
+    return is_running(pid)
+
+
 def pod(checkpoint_dir):
     """The shared pod: TF2 pod code, a training run, the V1 shim, a killed host."""
     started = time.monotonic()
@@ -121,6 +128,19 @@ def pod(checkpoint_dir):
     except Exception as e:  # pylint: disable=broad-except
         out["eager_run"] = [type(e).__name__, str(e)]
 
+    # A device assignment whose replicas go to hosts in order: cores 0-3 of hosts 1 and 2.
+    coordinates = topology.device_coordinates
+    assignment = tf.tpu.experimental.DeviceAssignment(
+        topology, [[c] for c in coordinates[1, :4].tolist() + coordinates[2, :4].tolist()]
+    )
+    assigned = tf.distribute.TPUStrategy(resolver, experimental_device_assignment=assignment)
+    out["assigned"] = [
+        assigned.num_replicas_in_sync,
+        assigned.extended.num_hosts,
+        list(assigned.extended.worker_devices),
+        _replica_ids_summed(assigned)[0],
+    ]
+
     # An unmodified training program: per-host input, a falling loss, a checkpoint.
     contexts, losses, checkpoint = _train(strategy, TRAIN_STEPS)
     out["input_contexts"] = contexts
@@ -149,6 +169,11 @@ def pod(checkpoint_dir):
         fake.pod.check()
     except Exception as e:  # pylint: disable=broad-except
         out["check"] = [type(e).__name__, str(e).splitlines()[0], e.task_id]
+
+    # A stopped host would hang every step: the watchdog kills it.
+    os.kill(host_pids[1], signal.SIGSTOP)
+    time.sleep(1.0)
+    out["stopped_host"] = [fake.pod.failure, running(host_pids[1])]
 
     fake.stop()
     out["after_stop"] = {

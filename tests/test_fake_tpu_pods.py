@@ -127,6 +127,28 @@ def test_a_pod_on_gpus_is_refused():
         FakeTPUClusterResolver("v3-32", device_type="GPU")
 
 
+def test_a_device_assignment_across_hosts_out_of_order_is_refused_before_any_host_starts():
+    import tensorflow as tf
+
+    from compat_distribute.testing import FakeTPUClusterResolver
+    from compat_distribute.testing import FakeTPUStrategy
+
+    resolver = FakeTPUClusterResolver("v3-32")
+    topology = resolver.tpu_topology()
+    assert (topology.num_tasks, topology.num_tpus_per_task) == (4, 8)
+    assignment = tf.tpu.experimental.DeviceAssignment.build(topology, num_replicas=32)
+    with pytest.raises(ValueError) as raised:
+        FakeTPUStrategy(resolver, experimental_device_assignment=assignment)
+    assert str(raised.value).startswith(
+        "The device assignment places the replicas on hosts [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, "
+    )
+    assert str(raised.value).endswith(
+        "Pass fewer replicas, or use hosts=1 for any device assignment on v3-32's 32 cores in "
+        "one process."
+    )
+    assert resolver.pod.running is False
+
+
 # -- One v3-32 pod run: unmodified TF2 pod code on 4 host processes ----------
 
 
@@ -145,6 +167,16 @@ def test_tf2_pod_code_gets_32_replicas_on_4_host_processes(pod_run):
         f"/job:worker/replica:0/task:{r // 8}/device:CPU:{r % 8}" for r in range(32)
     ]
     assert pod_run["all_reduce"] == [float(sum(range(32)))] * 32
+
+
+@pytest.mark.multi_worker
+def test_a_device_assignment_maps_replicas_to_the_cores_of_their_hosts(pod_run):
+    # Replicas on the physical coordinates of cores 0-3 of host 1, then of host 2.
+    replicas, hosts, devices, total = pod_run["assigned"]
+    assert (replicas, hosts, total) == (8, 2, float(sum(range(8))))
+    assert devices == [
+        f"/job:worker/replica:0/task:{task}/device:CPU:{core}" for task in (1, 2) for core in range(4)
+    ]
 
 
 @pytest.mark.multi_worker
@@ -195,6 +227,15 @@ def test_a_killed_host_fails_the_next_step_naming_it(pod_run):
         "ClusterTaskError",
         f"local_cluster: worker 2 (pid {pid}) was killed by SIGKILL.",
         2,
+    ]
+
+
+@pytest.mark.multi_worker
+def test_a_stopped_host_is_killed_and_named(pod_run):
+    pid = pod_run["host_pids"][1]
+    assert pod_run["stopped_host"] == [
+        f"host 1 (worker 1, pid {pid}, was stopped (SIGSTOP or a debugger), so it was killed)",
+        False,
     ]
 
 

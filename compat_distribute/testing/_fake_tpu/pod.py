@@ -155,12 +155,21 @@ class FakePod:
         One input pipeline per host (that host's CPU feeds its own cores), as
         TPUStrategy has one per host.
         """
+        hosts = [tf.DeviceSpec.from_string(d).task for d in devices]
+        if hosts != sorted(hosts):
+            raise ValueError(
+                f"The device assignment places the replicas on hosts {hosts}, in this "
+                f"order; a fake TPU pod runs replicas host by host (each host's input "
+                f"pipeline feeds consecutive replicas), so it takes only assignments whose "
+                f"replicas go to hosts in order. Pass fewer replicas, or use "
+                f"hosts=1 for any device assignment on {self.name}'s {len(self.core_devices)} "
+                f"cores in one process."
+            )
         self.ensure_connected()
         with _tf.devices_of_several_hosts_allowed():
             _tf.MirroredExtended.__init__(extended, container_strategy, devices=list(devices))
         by_host = {}
-        for device in devices:
-            task = tf.DeviceSpec.from_string(device).task
+        for task, device in zip(hosts, devices):
             by_host.setdefault(task, []).append(device)
         _tf.set_input_workers(
             extended, [(self.host_device(task), cores) for task, cores in sorted(by_host.items())]
