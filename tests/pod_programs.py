@@ -86,6 +86,11 @@ def _descendants():
     return sorted(descendants())
 
 
+def _bytes_written(pid):
+    with open(f"/proc/{pid}/io") as f:
+        return int(next(line for line in f if line.startswith("wchar")).split()[1])
+
+
 def running(pid):
     from cluster_checks import running as is_running
 
@@ -148,6 +153,14 @@ def pod(checkpoint_dir):
     out["model"] = [float(checkpoint.w.numpy()[0, 0]), float(checkpoint.b.numpy()[0])]
     out["checkpoint"] = checkpoint.save(os.path.join(checkpoint_dir, "pod"))
     out["checkpoint_files"] = sorted(os.listdir(checkpoint_dir))
+
+    # Who writes a checkpoint's data: host 0 (the master), as on a pod.
+    with strategy.scope():
+        big = tf.Variable(tf.zeros([250_000]))  # 1 MB
+    pids = [os.getpid()] + host_pids
+    before = [_bytes_written(p) for p in pids]
+    tf.train.Checkpoint(big=big).save(os.path.join(checkpoint_dir, "big"))
+    out["checkpoint_bytes_written"] = [_bytes_written(p) - b for p, b in zip(pids, before)]
 
     # The V1 shim, on a resolver of its own: it shares the fake's hosts.
     v1 = compat_distribute.TPUStrategy(FakeTPUClusterResolver("v3-32"), steps_per_run=4)

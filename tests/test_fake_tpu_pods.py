@@ -209,6 +209,14 @@ def test_pod_training_converges_and_its_checkpoint_restores_on_one_host(pod_run,
 
 
 @pytest.mark.multi_worker
+def test_host_0_writes_the_checkpoint_data(pod_run):
+    # Bytes written while a 1 MB variable was saved: client, hosts 0-3.
+    client, host_0, *others = pod_run["checkpoint_bytes_written"]
+    assert host_0 >= 1_000_000
+    assert client < 10_000 and max(others) < 10_000
+
+
+@pytest.mark.multi_worker
 def test_the_v1_shim_runs_on_the_pod_and_shares_its_hosts(pod_run):
     assert pod_run["v1"] == [32, 4, 4]  # replicas, num_hosts, steps_per_run
     assert pod_run["v1_all_reduce"] == float(sum(range(32)))
