@@ -303,3 +303,26 @@ def _running(pid):
     from cluster_checks import running
 
     return running(pid)
+
+
+@pytest.mark.multi_worker
+def test_the_smoke_command_runs_on_a_pod_and_leaves_nothing(tmp_path):
+    temp_dir = tmp_path / "tmp"
+    temp_dir.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "compat_distribute", "smoke", "--topology", "v4-16", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=PROGRAM_TIMEOUT_S,
+        env=_env({"TMPDIR": str(temp_dir)}),
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    report = json.loads(result.stdout)
+    assert (report["ok"], report["device"], report["replicas"]) == (
+        True,
+        "fake TPU v4-16 (8 cores on 2 host processes)",
+        8,
+    )
+    assert [c["name"] for c in report["checks"] if not c["ok"]] == []
+    # The hosts' directory is gone (AutoGraph's own temp files stay, as in any TF program).
+    assert [n for n in os.listdir(temp_dir) if n.startswith(workdir.PREFIX)] == []
