@@ -20,6 +20,8 @@ from compat_distribute.testing import fake_tpu
 from compat_distribute.testing._fake_tpu import topologies
 from compat_distribute.testing.cluster import workdir
 
+pytest_plugins = ["pytester"]
+
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 PROGRAM_TIMEOUT_S = 300
 
@@ -326,3 +328,56 @@ def test_the_smoke_command_runs_on_a_pod_and_leaves_nothing(tmp_path):
     assert [c["name"] for c in report["checks"] if not c["ok"]] == []
     # The hosts' directory is gone (AutoGraph's own temp files stay, as in any TF program).
     assert [n for n in os.listdir(temp_dir) if n.startswith(workdir.PREFIX)] == []
+
+
+_POD_PROJECT = """
+import tensorflow as tf
+
+import compat_distribute.testing
+
+HOST_PIDS = []
+
+
+def _summed_ids(strategy):
+    @tf.function
+    def step():
+        def replica():
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce("SUM", context.replica_id_in_sync_group)
+
+        return strategy.run(replica)
+
+    return [int(v) for v in strategy.experimental_local_results(step())]
+
+
+def test_fixture(tpu_strategy, tpu_resolver):
+    assert tpu_strategy.num_replicas_in_sync == 8
+    assert (tpu_strategy.extended.num_hosts, tpu_strategy.extended.num_replicas_per_host) == (2, 4)
+    assert _summed_ids(tpu_strategy) == [28] * 8
+    assert len(tpu_resolver.pod.pids) == 2
+    HOST_PIDS.extend(tpu_resolver.pod.pids)
+    # The cores are the hosts' devices: this process made no virtual devices for them.
+    local = [d.name for d in tf.config.list_logical_devices("CPU") if "/job:worker/" not in d.name]
+    assert local == ["/device:CPU:0"]
+
+
+class PodTest(compat_distribute.testing.TestCase):
+
+    def test_testcase(self):
+        self.assertEqual(self.tpu_strategy.extended.num_hosts, 2)
+        self.assertEqual(self.tpu_resolver.pod.pids, HOST_PIDS)  # the fixture's hosts
+        self.assertEqual(_summed_ids(self.tpu_strategy), [28] * 8)
+"""
+
+
+@pytest.mark.multi_worker
+def test_the_pytest_plugin_and_the_testcase_share_one_pod(pytester, monkeypatch):
+    # The TestCase reads the environment; the plugin the same variable.
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY", "v4-16")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    pytester.makepyfile(test_pod=_POD_PROJECT)
+    result = pytester.runpytest_subprocess("-p", "no:xdist", timeout=PROGRAM_TIMEOUT_S)
+    result.stdout.fnmatch_lines(
+        ["compat_distribute: tpu=fake (v4-16, 8 cores on 2 host processes), tf-devices=*"]
+    )
+    result.assert_outcomes(passed=2, skipped=1)  # tf.test.TestCase skips its test_session

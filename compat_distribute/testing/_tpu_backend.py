@@ -21,7 +21,6 @@ connection are the same step), so the resolver is ready to use.
 """
 
 import dataclasses
-import math
 import sys
 import threading
 import traceback
@@ -40,6 +39,7 @@ class Backend:
     kind: str
     num_cores: int
     topology: str | None = None  # the fake's topology
+    hosts: int = 1  # the fake's host processes (a pod preset has several)
     strict: bool = False  # the fake's strict XLA check
     tpu_name: str | None = None  # what TPUClusterResolver(tpu=...) got
     note: str = ""  # why "auto" chose what it chose
@@ -49,6 +49,11 @@ class Backend:
     def is_real(self):
         return self.kind == "tpu"
 
+    @property
+    def local_cores(self):
+        """The fake's cores on this process's devices: none for a pod (its hosts hold them)."""
+        return 0 if self.is_real or self.hosts > 1 else self.num_cores
+
     def describe(self):
         """E.g. "fake (v3-8, 8 cores on CPU)" or "local (real TPU, 8 cores)"."""
         note = f"; {self.note}" if self.note else ""
@@ -56,7 +61,8 @@ class Backend:
             name = self.tpu_name or "TPU from the environment"
             return f"{name} (real TPU, {self.num_cores} cores{note})"
         strict = ", strict" if self.strict else ""
-        return f"fake ({self.topology}, {self.num_cores} cores on CPU{strict}{note})"
+        where = "CPU" if self.hosts == 1 else f"{self.hosts} host processes"
+        return f"fake ({self.topology}, {self.num_cores} cores on {where}{strict}{note})"
 
     def make_resolver(self):
         """The resolver to pass to `compat_distribute.TPUStrategy`."""
@@ -64,15 +70,26 @@ class Backend:
             return self.resolver
         from compat_distribute.testing import _fake_tpu as fake_tpu
 
-        return fake_tpu.FakeTPUClusterResolver(self.topology, strict=self.strict)
+        if self.hosts == 1:
+            return fake_tpu.FakeTPUClusterResolver(self.topology, strict=self.strict)
+        # One pod a process: every resolver asked for shares its hosts.
+        key = (self.topology, self.strict)
+        if key not in _POD_RESOLVERS:
+            _POD_RESOLVERS[key] = fake_tpu.FakeTPUClusterResolver(self.topology, strict=self.strict)
+        return _POD_RESOLVERS[key]
+
+
+_POD_RESOLVERS = {}  # (topology, strict) -> the fake pod's resolver
 
 
 def fake_backend(settings, note=""):
     from compat_distribute.testing import _fake_tpu as fake_tpu
 
+    preset = fake_tpu.PRESETS[settings.fake_tpu_topology]
     return Backend(
         kind="fake",
-        num_cores=math.prod(fake_tpu.TOPOLOGIES[settings.fake_tpu_topology]),
+        num_cores=preset.cores,
+        hosts=preset.hosts,
         topology=settings.fake_tpu_topology,
         strict=settings.fake_tpu_strict,
         note=note,
