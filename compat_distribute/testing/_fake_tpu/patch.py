@@ -1,6 +1,7 @@
 """`FakeTPU` / `fake_tpu()`: TensorFlow's TPU entry points routed to the fake."""
 
 from compat_distribute import _patching
+from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
 from compat_distribute.testing._fake_tpu import strategy as strategy_lib
 from compat_distribute.testing._fake_tpu import topologies
@@ -36,8 +37,9 @@ class FakeTPU:
         hosts=None,
     ):
         # Bad input fails here, not at start().
-        name, _ = topologies.resolve(topology, mesh_shape)
-        topologies.host_count(name, hosts)
+        name, mesh = topologies.resolve(topology, mesh_shape)
+        # A pod's hosts, shared by every resolver of the fake; None for one host.
+        self._pod = pod_lib.for_slice(name, mesh, topologies.host_count(name, hosts), device_type)
         self._config = dict(
             topology=topology,
             mesh_shape=mesh_shape,
@@ -45,7 +47,6 @@ class FakeTPU:
             device_type=device_type,
             hosts=hosts,
         )
-        self._pod = None  # the hosts, shared by every resolver of a pod
         self._resolver_class = _resolver_class(self)
         self._patch = _patching.Patch(self._routes())
 
@@ -56,17 +57,13 @@ class FakeTPU:
         )
 
     def _share_pod(self, resolver):
-        if resolver.pod is not None:
-            if self._pod is None:
-                self._pod = resolver.pod
+        if self._pod is not None:
             resolver.pod = self._pod
         return resolver
 
     @property
     def pod(self):
         """The `FakePod` of a pod preset (its hosts), None for one host."""
-        if self._pod is None:
-            self.resolver()
         return self._pod
 
     def _routes(self):
@@ -106,9 +103,8 @@ class FakeTPU:
     def start(self):
         if self.active:
             self._patch.start()  # raises: started twice
-        pod = self.pod
-        if pod is not None:
-            pod.start()  # Before the patch: a failed start leaves nothing routed.
+        if self._pod is not None:
+            self._pod.start()  # Before the patch: a failed start leaves nothing routed.
         self._patch.start()
         resolver_lib.ACTIVE.append(self)
         return self

@@ -11,6 +11,7 @@ happens; a stopped host is killed, so the step waiting on it fails with
 TensorFlow's UnavailableError, which names its task, instead of hanging.
 """
 
+import math
 import sys
 import threading
 
@@ -24,6 +25,19 @@ JOB = "worker"
 START_TIMEOUT_S = 120
 # How often the watchdog looks at the hosts.
 _WATCH_INTERVAL_S = 0.25
+
+
+def for_slice(name, mesh, hosts, device_type):
+    """A new `FakePod` (not started) for a slice of `hosts` > 1 hosts; None for one host."""
+    if hosts == 1:
+        return None
+    if device_type != "CPU":
+        raise ValueError(
+            f"device_type must be 'CPU' for the pod {name!r} (its hosts' cores are CPU "
+            f"devices of server processes); got {device_type!r}. Pass hosts=1 for every "
+            f"core in this process."
+        )
+    return FakePod(name, hosts, math.prod(mesh) // hosts)
 
 
 class FakePod:

@@ -50,12 +50,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     ):
         self._topology_name, self._mesh_shape = topologies.resolve(topology, mesh_shape)
         self._num_hosts = topologies.host_count(self._topology_name, hosts)
-        if self._num_hosts > 1 and device_type != "CPU":
-            raise ValueError(
-                f"device_type must be 'CPU' for the pod {self._topology_name!r} (its hosts' "
-                f"cores are CPU devices of server processes); got {device_type!r}. Pass "
-                f"hosts=1 for every core in this process."
-            )
+        pod = pod_lib.for_slice(self._topology_name, self._mesh_shape, self._num_hosts, device_type)
         if device_type not in _devices.DEVICE_TYPES:
             raise ValueError(
                 f"device_type must be one of {_devices.DEVICE_TYPES}; got "
@@ -66,13 +61,11 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         self._num_cores = int(np.prod(self._mesh_shape))
         self._strict = strict
         self._device_type = device_type
-        if self._num_hosts == 1:
+        if pod is None:
             self.pod = None
             self._core_devices = tuple(_devices.set_virtual_devices(self._num_cores, device_type))
-        else:
-            self.pod = _active_pod(self._topology_name) or pod_lib.FakePod(
-                self._topology_name, self._num_hosts, self._num_cores // self._num_hosts
-            )
+        else:  # The hosts of a fake of this pod in force, else its own.
+            self.pod = _active_pod(self._topology_name) or pod
             self._core_devices = self.pod.core_devices
         self._tpu = f"fake-{self._topology_name}"  # TF's initialize_tpu_system keys on this.
         self.task_type = job_name
