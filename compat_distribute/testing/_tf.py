@@ -127,7 +127,10 @@ def devices_of_several_hosts_allowed():
     module = importlib.import_module(f"{_DISTRIBUTE}.mirrored_strategy")
     original = module._is_device_list_single_worker
     if original is not __getattr__("is_device_list_single_worker"):
-        raise RuntimeError("MirroredStrategy's device check is already replaced; nested pod set-up?")
+        raise RuntimeError(
+            "MirroredStrategy's device check is replaced already (a pod strategy being built "
+            "in another thread?); build fake TPU pod strategies one at a time."
+        )
     module._is_device_list_single_worker = lambda devices: True
     try:
         yield

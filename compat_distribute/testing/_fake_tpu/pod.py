@@ -52,7 +52,8 @@ class FakePod:
         self._connected_spec = None  # the cluster this process is connected to
         self._watchdog = None
         self._stop_watching = threading.Event()
-        self.failure = None  # what the watchdog saw: "host 2 (worker 2, pid 123) was killed by SIGKILL"
+        # What the watchdog saw last: "host 2 (worker 2, pid 123, was killed by SIGKILL)".
+        self.failure = None
 
     def __repr__(self):
         state = "running" if self.running else "stopped"
