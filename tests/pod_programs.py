@@ -195,6 +195,18 @@ def pod(checkpoint_dir):
         "cluster_dir_exists": os.path.exists(cluster_dir),
         "running": fake.pod.running,
     }
+
+    # Started again: fresh hosts, and the same code runs on them.
+    with fake:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
+        tf.config.experimental_connect_to_cluster(resolver)
+        restarted = fake.pod.pids
+        out["restart"] = [
+            sorted(set(restarted) & set(host_pids)),
+            len(restarted),
+            _replica_ids_summed(tf.distribute.TPUStrategy(resolver))[0],
+        ]
+    out["restart_hosts_alive"] = [p for p in restarted if os.path.exists(f"/proc/{p}")]
     return out
 
 

@@ -260,6 +260,12 @@ def test_stop_leaves_no_host_process_and_no_directory(pod_run):
 
 
 @pytest.mark.multi_worker
+def test_a_stopped_fake_starts_again_with_fresh_hosts(pod_run):
+    assert pod_run["restart"] == [[], 4, float(sum(range(32)))]
+    assert pod_run["restart_hosts_alive"] == []
+
+
+@pytest.mark.multi_worker
 def test_hosts_1_gives_the_same_32_replicas_in_the_client_alone(one_host_run):
     assert one_host_run["master"] == ""
     assert one_host_run["topology"] == [1, 32]
