@@ -151,6 +151,44 @@ def test_a_device_assignment_across_hosts_out_of_order_is_refused_before_any_hos
     assert resolver.pod.running is False
 
 
+def _never_serves(spec, argv):
+    """Host 1 of the pod below: a process that never says it is up."""
+    if spec.task_id == 1:
+        return [sys.executable, "-c", "import time; time.sleep(600)"]
+    return argv
+
+
+@pytest.mark.multi_worker
+def test_a_host_that_never_starts_fails_start_up_naming_it_and_leaves_nothing():
+    from cluster_checks import cluster_dirs
+    from cluster_checks import descendants
+
+    from compat_distribute.testing._fake_tpu.pod import FakePod
+    from compat_distribute.testing.cluster import ClusterTimeoutError
+    from compat_distribute.testing.cluster import LaunchHooks
+    from compat_distribute.testing.cluster import lifecycle
+
+    launched = []
+    pod = FakePod(
+        "v4-16",
+        2,
+        4,
+        start_timeout=15,
+        hooks=LaunchHooks(command=_never_serves, on_launch=lambda name, pid: launched.append(pid)),
+    )
+    before = descendants()
+    with pytest.raises(ClusterTimeoutError) as raised:
+        pod.start()
+    assert raised.value.pending == ["worker 1"]
+    assert str(raised.value).startswith(
+        "local_cluster: worker 1 did not start within 15 s (start_timeout)"
+    )
+    assert len(launched) == 2 and not pod.running and pod.pids == []
+    assert descendants() - before == set() and not any(_running(p) for p in launched)
+    live = {c.directory for c in lifecycle.running_clusters()}  # other modules' shared ones
+    assert set(cluster_dirs()) - live == set()
+
+
 # -- One v3-32 pod run: unmodified TF2 pod code on 4 host processes ----------
 
 

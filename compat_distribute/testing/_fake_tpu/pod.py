@@ -41,13 +41,21 @@ def for_slice(name, mesh, hosts, device_type):
 
 
 class FakePod:
-    """`hosts` server processes of `cores_per_host` cores each; see the module."""
+    """`hosts` server processes of `cores_per_host` cores each; see the module.
 
-    def __init__(self, name, hosts, cores_per_host, *, start_timeout=START_TIMEOUT_S):
+    `start_timeout`: seconds the hosts may take to serve (then `start()` raises
+    `ClusterTimeoutError` with their stacks); `hooks`: a cluster `LaunchHooks`
+    for tests that inject faults into the launches.
+    """
+
+    def __init__(
+        self, name, hosts, cores_per_host, *, start_timeout=START_TIMEOUT_S, hooks=None
+    ):
         self.name = name
         self.num_hosts = hosts
         self.cores_per_host = cores_per_host
         self._start_timeout = start_timeout
+        self._hooks = hooks
         self._servers = None
         self._connected_spec = None  # the cluster this process is connected to
         self._watchdog = None
@@ -95,6 +103,7 @@ class FakePod:
             self.num_hosts,
             devices_per_host=self.cores_per_host,
             start_timeout=self._start_timeout,
+            hooks=self._hooks,
         )
         self._servers.start()
         self.failure = None
