@@ -112,7 +112,7 @@ def pod(checkpoint_dir):
     host_pids = fake.pod.pids
     out["host_pids"] = host_pids
     out["host_processes_are_children"] = sorted(host_pids) == _descendants()
-    cluster_dir = fake.pod._servers.directory  # pylint: disable=protected-access
+    cluster_dir = fake.pod.directory
 
     # What TPU pod code does, unmodified.
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
@@ -125,7 +125,11 @@ def pod(checkpoint_dir):
     out["host_0_chips"] = sorted({tuple(c[:3]) for c in topology.device_coordinates[0].tolist()})
     strategy = tf.distribute.TPUStrategy(resolver)
     extended = strategy.extended
-    out["replicas"] = [strategy.num_replicas_in_sync, extended.num_hosts, extended.num_replicas_per_host]
+    out["replicas"] = [
+        strategy.num_replicas_in_sync,
+        extended.num_hosts,
+        extended.num_replicas_per_host,
+    ]
     out["replica_devices"] = list(extended.worker_devices)
     out["all_reduce"] = _replica_ids_summed(strategy)
     try:
@@ -230,7 +234,11 @@ def one_host(checkpoint):
         extended = strategy.extended
         out["master"] = resolver.master()
         out["topology"] = [topology.num_tasks, topology.num_tpus_per_task]
-        out["replicas"] = [strategy.num_replicas_in_sync, extended.num_hosts, extended.num_replicas_per_host]
+        out["replicas"] = [
+            strategy.num_replicas_in_sync,
+            extended.num_hosts,
+            extended.num_replicas_per_host,
+        ]
         out["all_reduce"] = _replica_ids_summed(strategy)[0]
         out["children"] = _descendants()
         contexts = []
@@ -244,7 +252,9 @@ def one_host(checkpoint):
             [float(v.numpy()[0]) for v in strategy.experimental_local_results(restored.b)],
             int(restored.optimizer.iterations.numpy()),
         ]
-        v1 = compat_distribute.TPUStrategy(FakeTPUClusterResolver("v3-32", hosts=1), steps_per_run=4)
+        v1 = compat_distribute.TPUStrategy(
+            FakeTPUClusterResolver("v3-32", hosts=1), steps_per_run=4
+        )
         out["v1"] = [v1.num_replicas_in_sync, v1.extended.num_hosts, v1.extended.steps_per_run]
         out["v1_all_reduce"] = _replica_ids_summed(v1)[0]
     return out
@@ -255,7 +265,7 @@ def hold_pod():
     from compat_distribute.testing import fake_tpu
 
     fake = fake_tpu("v4-16").start()
-    print("HOSTS", fake.pod._servers.directory, *fake.pod.pids, flush=True)  # pylint: disable=protected-access
+    print("HOSTS", fake.pod.directory, *fake.pod.pids, flush=True)
     time.sleep(600)
 
 

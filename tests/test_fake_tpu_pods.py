@@ -215,7 +215,9 @@ def test_a_device_assignment_maps_replicas_to_the_cores_of_their_hosts(pod_run):
     replicas, hosts, devices, total = pod_run["assigned"]
     assert (replicas, hosts, total) == (8, 2, float(sum(range(8))))
     assert devices == [
-        f"/job:worker/replica:0/task:{task}/device:CPU:{core}" for task in (1, 2) for core in range(4)
+        f"/job:worker/replica:0/task:{task}/device:CPU:{core}"
+        for task in (1, 2)
+        for core in range(4)
     ]
 
 

@@ -94,6 +94,11 @@ class FakePod:
     def pids(self):
         return [] if self._servers is None else self._servers.pids
 
+    @property
+    def directory(self):
+        """The running hosts' temporary directory (their logs and TMPDIRs), else None."""
+        return None if self._servers is None else self._servers.directory
+
     def start(self):
         """Launches the hosts (if not running); returns once every host serves."""
         if self.running:
