@@ -17,6 +17,7 @@ from compat_distribute.testing import _tpu_backend
 from compat_distribute.testing import cluster as cluster_lib
 from compat_distribute.testing import devices
 from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
+from compat_distribute.testing._fake_tpu import PRESETS
 from compat_distribute.testing._fake_tpu import TOPOLOGIES
 
 pytest_plugins = ["pytester"]
@@ -75,7 +76,7 @@ def _usage_error(result):
             [],
             {"COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY": "v9-1024"},
             "",
-            f"--fake-tpu-topology: expected one of {', '.join(map(repr, sorted(TOPOLOGIES)))}, "
+            f"--fake-tpu-topology: expected one of {', '.join(map(repr, sorted(PRESETS)))}, "
             "got 'v9-1024' (from environment variable COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY)\n",
         ),
         (

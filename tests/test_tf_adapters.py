@@ -50,3 +50,13 @@ def test_adapter_imports_no_tensorflow_until_used(run_python):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_mirrored_extended_keeps_its_input_workers_as_host_device_pairs():
+    # Fake TPU pods set this attribute (testing._tf.set_input_workers).
+    import tensorflow as tf
+
+    extended = tf.distribute.MirroredStrategy(["/cpu:0"]).extended
+    (host, devices), = extended._input_workers_devices  # pylint: disable=protected-access
+    cpu = "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert (host, devices) == (cpu, (cpu,))

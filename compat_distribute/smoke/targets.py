@@ -50,10 +50,10 @@ class Target:
 
 
 def topologies():
-    """The fake TPU's preset topology names."""
+    """The fake TPU's preset topology names, pods included."""
     from compat_distribute.testing import _fake_tpu  # pylint: disable=g-import-not-at-top
 
-    return tuple(_fake_tpu.TOPOLOGIES)
+    return tuple(_fake_tpu.PRESETS)
 
 
 def _split_strategy(resolver, topology, steps_per_run):
@@ -78,6 +78,12 @@ def _two_cores_per_replica(topology):
     """A device assignment of `topology` with replicas of two adjacent cores."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+    if topology.num_tasks > 1:
+        # A pod: pairs of a host's consecutive cores (a chip's two cores, or
+        # two neighbouring chips), host by host, as a fake pod runs replicas.
+        coordinates = topology.device_coordinates.tolist()
+        pairs = [host[i : i + 2] for host in coordinates for i in range(0, len(host), 2)]
+        return tf.tpu.experimental.DeviceAssignment(topology, pairs)
     # Two cores of one chip where chips have two (v2, v3), else two chips.
     shape = [1, 1, 1, 2] if topology.mesh_shape[-1] >= 2 else [2, 1, 1, 1]
     cores = topology.num_tasks * topology.num_tpus_per_task
@@ -97,12 +103,17 @@ def fake_tpu_target(topology, steps_per_run):
     resolver = _fake_tpu.FakeTPUClusterResolver(topology)
     strategy = tpu.TPUStrategy(resolver, steps_per_run=steps_per_run)
     cores = resolver.num_cores
+    where = (
+        f"{cores} virtual CPU devices"
+        if resolver.pod is None
+        else f"{resolver.num_hosts} host processes"
+    )
     split = _split_strategy(
         resolver, lambda: _fake_tpu.initialize_tpu_system(resolver), steps_per_run
     )
     return Target(
         strategy=strategy,
-        device=f"fake TPU {topology} ({cores} cores on {cores} virtual CPU devices)",
+        device=f"fake TPU {topology} ({cores} cores on {where})",
         replicas=cores,
         steps_per_run=steps_per_run,
         split_strategy=split if cores >= 2 else None,

@@ -73,9 +73,9 @@ def _tpu(raw):
 def _topology(raw):
     from compat_distribute.testing import _fake_tpu as fake_tpu
 
-    if raw in fake_tpu.TOPOLOGIES:
+    if raw in fake_tpu.PRESETS:  # pods included
         return raw
-    raise ValueError(f"expected one of {', '.join(map(repr, sorted(fake_tpu.TOPOLOGIES)))}")
+    raise ValueError(f"expected one of {', '.join(map(repr, sorted(fake_tpu.PRESETS)))}")
 
 
 def _bool(raw):

@@ -7,6 +7,8 @@ in `PROTECTED`; `tests/test_tf_adapters.py` checks every entry against the
 installed TensorFlow. Public TensorFlow API is used directly, not from here.
 """
 
+import contextlib
+import importlib
 import itertools
 
 from compat_distribute import _lazy
@@ -40,6 +42,8 @@ INTERNALS = {
     "variable_accessed": "tensorflow.python.eager.tape:variable_accessed",
     # XLA check
     "get_all_registered_kernels": "tensorflow.python.framework.kernels:get_all_registered_kernels",
+    # Fake TPU pods
+    "is_device_list_single_worker": f"{_DISTRIBUTE}.mirrored_strategy:_is_device_list_single_worker",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -58,6 +62,9 @@ PROTECTED = (
     ("tensorflow.python.eager.polymorphic_function.polymorphic_function:Function", "_clone"),
     # XLA check
     ("tensorflow.python.framework.ops:Graph", "_get_function"),
+    # Fake TPU pods; MirroredExtended's `_input_workers_devices` (set in its
+    # __init__) is pinned by its own test.
+    (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_input_workers_with_options"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)
@@ -104,3 +111,35 @@ def clone_function(function, python_function):
 def graph_function(graph, name):
     """The function called `name` in `graph`'s function library, or None."""
     return graph._get_function(name)
+
+
+# Fake TPU pods
+
+
+@contextlib.contextmanager
+def devices_of_several_hosts_allowed():
+    """MirroredStrategy accepts a device list spanning hosts while this is entered.
+
+    Stock MirroredStrategy refuses such a list in eager mode ("In-graph
+    multi-worker training ... not supported in eager mode") by this one check;
+    everything past it works on remote devices.
+    """
+    module = importlib.import_module(f"{_DISTRIBUTE}.mirrored_strategy")
+    original = module._is_device_list_single_worker
+    if original is not __getattr__("is_device_list_single_worker"):
+        raise RuntimeError(
+            "MirroredStrategy's device check is replaced already (a pod strategy being built "
+            "in another thread?); build fake TPU pod strategies one at a time."
+        )
+    module._is_device_list_single_worker = lambda devices: True
+    try:
+        yield
+    finally:
+        module._is_device_list_single_worker = original
+
+
+def set_input_workers(extended, host_devices):
+    """Gives MirroredExtended `extended` one input pipeline per (host CPU, its devices) pair."""
+    extended._input_workers_devices = tuple(
+        (host, tuple(devices)) for host, devices in host_devices
+    )

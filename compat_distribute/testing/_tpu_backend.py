@@ -18,7 +18,6 @@ harness). A real TPU is connected when it is chosen, so its resolver is ready.
 """
 
 import dataclasses
-import math
 
 from compat_distribute import _tpu_discovery
 from compat_distribute._tpu_discovery import DEFAULT_TIMEOUT_S
@@ -35,6 +34,7 @@ class Backend:
     kind: str
     num_cores: int
     topology: str | None = None  # the fake's topology
+    hosts: int = 1  # the fake's host processes (a pod preset has several)
     strict: bool = False  # the fake's strict XLA check
     tpu_name: str | None = None  # what TPUClusterResolver(tpu=...) got
     note: str = ""  # why "auto" chose what it chose
@@ -45,6 +45,11 @@ class Backend:
     def is_real(self):
         return self.kind == "tpu"
 
+    @property
+    def local_cores(self):
+        """The fake's cores on this process's devices: none for a pod (its hosts hold them)."""
+        return 0 if self.is_real or self.hosts > 1 else self.num_cores
+
     def describe(self):
         """E.g. "fake (v3-8, 8 cores on CPU)" or "local (real TPU, 8 cores)"."""
         note = f"; {self.note}" if self.note else ""
@@ -52,7 +57,8 @@ class Backend:
             name = self.tpu_name or "TPU from the environment"
             return f"{name} (real TPU, {self.num_cores} cores{note})"
         strict = ", strict" if self.strict else ""
-        return f"fake ({self.topology}, {self.num_cores} cores on CPU{strict}{note})"
+        where = "CPU" if self.hosts == 1 else f"{self.hosts} host processes"
+        return f"fake ({self.topology}, {self.num_cores} cores on {where}{strict}{note})"
 
     def make_resolver(self):
         """The resolver to pass to `compat_distribute.TPUStrategy`."""
@@ -60,15 +66,26 @@ class Backend:
             return self.resolver
         from compat_distribute.testing import _fake_tpu as fake_tpu
 
-        return fake_tpu.FakeTPUClusterResolver(self.topology, strict=self.strict)
+        if self.hosts == 1:
+            return fake_tpu.FakeTPUClusterResolver(self.topology, strict=self.strict)
+        # One pod a process: every resolver asked for shares its hosts.
+        key = (self.topology, self.strict)
+        if key not in _POD_RESOLVERS:
+            _POD_RESOLVERS[key] = fake_tpu.FakeTPUClusterResolver(self.topology, strict=self.strict)
+        return _POD_RESOLVERS[key]
+
+
+_POD_RESOLVERS = {}  # (topology, strict) -> the fake pod's resolver
 
 
 def fake_backend(topology=DEFAULT_TOPOLOGY, strict=False, note=""):
     from compat_distribute.testing import _fake_tpu as fake_tpu
 
+    preset = fake_tpu.PRESETS[topology]
     return Backend(
         kind="fake",
-        num_cores=math.prod(fake_tpu.TOPOLOGIES[topology]),
+        num_cores=preset.cores,
+        hosts=preset.hosts,
         topology=topology,
         strict=strict,
         note=note,

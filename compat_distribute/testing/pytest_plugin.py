@@ -169,7 +169,7 @@ def _choose_backend(config, settings):
         return _stop(config, _unreachable(settings, e))
     if not backend.is_real:
         try:
-            _settings.check_devices_hold_fake(settings, backend.num_cores)
+            _settings.check_devices_hold_fake(settings, backend.local_cores)
         except _settings.SettingError as e:
             return _stop(config, str(e))
     return backend
@@ -223,13 +223,14 @@ def pytest_report_header(config):
 
 
 def _fake_cores(config):
-    """The fake TPU's core count; 0 when the TPU is real or cannot be used."""
+    """The fake TPU's cores on this process's devices; 0 when the TPU is real, is
+    a pod (its hosts hold the cores) or cannot be used."""
     backend = config.stash.get(_BACKEND, None)
     if backend is None:
         backend = config.stash[_BACKEND] = _choose_backend(config, config.stash[_SETTINGS])
-    if backend is None or isinstance(backend, str) or backend.is_real:
+    if backend is None or isinstance(backend, str):
         return 0
-    return backend.num_cores
+    return backend.local_cores
 
 
 def _devices_needed(config, items):
@@ -376,8 +377,15 @@ def _compat_distribute_multi_device(request):
 
 @pytest.fixture(scope="session")
 def tpu_resolver(pytestconfig):
-    """The resolver of the TPU chosen by --tpu: a real TPU's, or the fake's."""
-    return _backend(pytestconfig).make_resolver()
+    """The resolver of the TPU chosen by --tpu: a real TPU's, or the fake's.
+
+    A fake pod's hosts stop when the session ends.
+    """
+    resolver = _backend(pytestconfig).make_resolver()
+    yield resolver
+    pod = getattr(resolver, "pod", None)
+    if pod is not None:
+        pod.stop()
 
 
 @pytest.fixture(scope="session")

@@ -56,7 +56,7 @@ class TestCase(tf.test.TestCase):
             settings = cls._compat_distribute_settings
             backend = _tpu_backend.choose(settings)
             if not backend.is_real:
-                _settings.check_devices_hold_fake(settings, backend.num_cores)
+                _settings.check_devices_hold_fake(settings, backend.local_cores)
             cls._compat_distribute_backend = backend
         return cls._compat_distribute_backend
 

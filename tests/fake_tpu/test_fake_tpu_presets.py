@@ -49,11 +49,11 @@ def test_preset_builds_a_topology_a_device_assignment_and_runs_a_step(name, chip
     assert [t.numpy() for t in strategy.experimental_local_results(step())] == [total] * cores
 
 
-def test_every_preset_is_one_host_and_counts_its_cores():
+def test_every_preset_counts_its_cores_and_one_host_presets_are_the_topologies():
     for name, preset in PRESETS.items():
         x, y, z, per_chip = preset.mesh_shape
-        assert preset.cores == x * y * z * per_chip == preset.cores_per_host, name
-        assert preset.hosts == 1, name
+        assert preset.cores == x * y * z * per_chip == preset.cores_per_host * preset.hosts, name
+        assert (name in TOPOLOGIES) == (preset.hosts == 1), name
 
 
 def test_a_mesh_past_the_core_limit_is_refused_before_any_device_is_made():

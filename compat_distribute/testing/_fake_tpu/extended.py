@@ -39,6 +39,14 @@ def _refuse_per_replica_input(options, message):
         raise NotImplementedError(message)
 
 
+def _core_index(device_assignment, cores_per_host, replica, logical_core):
+    """Where a logical core runs among the slice's cores (host-major): its task's
+    cores, then its ordinal on that task."""
+    coordinates = device_assignment.coordinates(replica, logical_core)
+    task = device_assignment.topology.task_ordinal_at_coordinates(coordinates)
+    return task * cores_per_host + device_assignment.tpu_ordinal(replica, logical_core)
+
+
 class FakeTPUExtended(_tf.MirroredExtended):
     """MirroredExtended over the first logical core of each replica, with TPU rules."""
 
@@ -47,16 +55,20 @@ class FakeTPUExtended(_tf.MirroredExtended):
         if device_assignment is None:
             tpu_devices = [[d] for d in cores]
         else:
+            cores_per_host = len(cores) // resolver.num_hosts
             tpu_devices = [
                 [
-                    cores[device_assignment.tpu_ordinal(replica=r, logical_core=c)]
+                    cores[_core_index(device_assignment, cores_per_host, r, c)]
                     for c in range(device_assignment.num_cores_per_replica)
                 ]
                 for r in range(device_assignment.num_replicas)
             ]
         # [replica][logical core] -> device, as TPUExtended's.
         self._tpu_devices = np.array(tpu_devices, dtype=object)
-        super().__init__(container_strategy, devices=list(self._tpu_devices[:, 0]))
+        if resolver.pod is None:
+            super().__init__(container_strategy, devices=list(self._tpu_devices[:, 0]))
+        else:  # Devices of several hosts.
+            resolver.pod.init_extended(self, container_strategy, self._tpu_devices[:, 0])
         self._tpu_cluster_resolver = resolver
         self._tpu_metadata = resolver.get_tpu_system_metadata()
         self._device_assignment = device_assignment

@@ -1,6 +1,7 @@
 """`FakeTPU` / `fake_tpu()`: TensorFlow's TPU entry points routed to the fake."""
 
 from compat_distribute import _patching
+from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
 from compat_distribute.testing._fake_tpu import strategy as strategy_lib
 from compat_distribute.testing._fake_tpu import topologies
@@ -20,6 +21,10 @@ class FakeTPU:
     `compat_distribute.TPUStrategy()` with no resolver (TF1's
     `TPUClusterResolver("")`) builds one too. A context manager, and
     `start()`/`stop()` as in chex.
+
+    A pod preset ("v3-32") starts its hosts, one server process each, in
+    `start()`, and stops them in `stop()`; every resolver the fake makes
+    shares them. `hosts=1` runs every core of the slice in this process.
     """
 
     def __init__(
@@ -29,18 +34,37 @@ class FakeTPU:
         mesh_shape=None,
         strict=False,
         device_type="CPU",
+        hosts=None,
     ):
         # Bad input fails here, not when the first resolver is built.
-        resolver_lib.check_config(topology, mesh_shape, strict, device_type)
+        name, mesh = resolver_lib.check_config(topology, mesh_shape, strict, device_type)
+        # A pod's hosts, shared by every resolver of the fake; None for one host.
+        self._pod = pod_lib.for_slice(name, mesh, topologies.host_count(name, hosts), device_type)
         self._config = dict(
-            topology=topology, mesh_shape=mesh_shape, strict=strict, device_type=device_type
+            topology=topology,
+            mesh_shape=mesh_shape,
+            strict=strict,
+            device_type=device_type,
+            hosts=hosts,
         )
         self._resolver_class = _resolver_class(self)
         self._patch = _patching.Patch(self._routes())
 
     def resolver(self, job_name=resolver_lib.JOB):
         """A new `FakeTPUClusterResolver` of this fake's topology."""
-        return resolver_lib.FakeTPUClusterResolver(job_name=job_name, **self._config)
+        return self._share_pod(
+            resolver_lib.FakeTPUClusterResolver(job_name=job_name, **self._config)
+        )
+
+    def _share_pod(self, resolver):
+        if self._pod is not None:
+            resolver.pod = self._pod
+        return resolver
+
+    @property
+    def pod(self):
+        """The `FakePod` of a pod preset (its hosts), None for one host."""
+        return self._pod
 
     def _routes(self):
         system = (
@@ -77,6 +101,10 @@ class FakeTPU:
         return self._patch.active
 
     def start(self):
+        if self.active:
+            self._patch.start()  # raises: started twice
+        if self._pod is not None:
+            self._pod.start()  # Before the patch: a failed start leaves nothing routed.
         self._patch.start()
         resolver_lib.ACTIVE.append(self)
         return self
@@ -84,8 +112,12 @@ class FakeTPU:
     def stop(self):
         if not self.active:
             return
-        self._patch.stop()
-        resolver_lib.ACTIVE.remove(self)
+        try:
+            if self._pod is not None:
+                self._pod.stop()
+        finally:
+            self._patch.stop()
+            resolver_lib.ACTIVE.remove(self)
 
     def __enter__(self):
         return self.start()
@@ -115,6 +147,7 @@ def _resolver_class(fake):
             del tpu, zone, project, coordinator_name, coordinator_address
             del credentials, service, discovery_url
             super().__init__(job_name=job_name, **fake._config)  # pylint: disable=protected-access
+            fake._share_pod(self)  # pylint: disable=protected-access
 
         @staticmethod
         def connect(tpu=None, zone=None, project=None):
@@ -126,7 +159,18 @@ def _resolver_class(fake):
 
 
 def fake_tpu(
-    topology=topologies.DEFAULT_TOPOLOGY, *, mesh_shape=None, strict=False, device_type="CPU"
+    topology=topologies.DEFAULT_TOPOLOGY,
+    *,
+    mesh_shape=None,
+    strict=False,
+    device_type="CPU",
+    hosts=None,
 ):
-    """A `FakeTPU`: `with fake_tpu("v3-8"): ...` runs unmodified TPU code on CPUs."""
-    return FakeTPU(topology, mesh_shape=mesh_shape, strict=strict, device_type=device_type)
+    """A `FakeTPU`: `with fake_tpu("v3-8"): ...` runs unmodified TPU code on CPUs.
+
+    `fake_tpu("v3-32")` is a pod: one server process per host, driven by this
+    process as the pod's client; `hosts=1` keeps every core in this process.
+    """
+    return FakeTPU(
+        topology, mesh_shape=mesh_shape, strict=strict, device_type=device_type, hosts=hosts
+    )

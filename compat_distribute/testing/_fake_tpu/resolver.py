@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from compat_distribute.testing import _tf
 from compat_distribute.testing import devices as _devices
+from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import topologies
 
 JOB = "worker"
@@ -42,6 +43,12 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     devices; they are created here when TensorFlow has not started yet (see
     `compat_distribute.testing.set_virtual_devices`). `strict=True` makes the
     strategy check step functions for TPU (XLA) compatibility when traced.
+
+    A pod preset ("v3-32") answers as `TPUClusterResolver` does on a pod's
+    client: its `pod` (a `FakePod`) runs one server process per host, started
+    on first use (`master()`, `cluster_spec()`, a strategy) and stopped by
+    `pod.stop()` or at exit; inside `fake_tpu()` of that preset it shares the
+    fake's hosts. `hosts=1` puts every core of the slice in this process.
     """
 
     def __init__(
@@ -52,14 +59,22 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         strict=False,
         device_type="CPU",
         job_name=JOB,
+        hosts=None,
     ):
         self._topology_name, self._mesh_shape = check_config(
             topology, mesh_shape, strict, device_type
         )
+        self._num_hosts = topologies.host_count(self._topology_name, hosts)
+        pod = pod_lib.for_slice(self._topology_name, self._mesh_shape, self._num_hosts, device_type)
         self._num_cores = int(np.prod(self._mesh_shape))
         self._strict = strict
         self._device_type = device_type
-        self._core_devices = tuple(_devices.set_virtual_devices(self._num_cores, device_type))
+        if pod is None:
+            self.pod = None
+            self._core_devices = tuple(_devices.set_virtual_devices(self._num_cores, device_type))
+        else:  # The hosts of a fake of this pod in force, else its own.
+            self.pod = _active_pod(self._topology_name) or pod
+            self._core_devices = self.pod.core_devices
         self._tpu = f"fake-{self._topology_name}"  # TF's initialize_tpu_system keys on this.
         self.task_type = job_name
         self.task_id = 0
@@ -69,7 +84,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     def __repr__(self):
         return (
             f"FakeTPUClusterResolver({self._topology_name!r}, mesh_shape={self._mesh_shape}, "
-            f"cores={self._num_cores}, device_type={self._device_type!r})"
+            f"cores={self._num_cores}, hosts={self._num_hosts}, device_type={self._device_type!r})"
         )
 
     # What the fake is.
@@ -85,6 +100,10 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     @property
     def num_cores(self):
         return self._num_cores
+
+    @property
+    def num_hosts(self):
+        return self._num_hosts
 
     @property
     def strict(self):
@@ -103,7 +122,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
 
     def master(self, task_type=None, task_id=None, rpc_layer=None):
         del task_type, task_id, rpc_layer
-        return ""
+        return "" if self.pod is None else self.pod.master()
 
     def get_master(self):
         return self.master()
@@ -115,11 +134,12 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         return "/job:" + self.get_job_name() + "/task:0"
 
     def cluster_spec(self):
-        return tf.train.ClusterSpec({})
+        return tf.train.ClusterSpec({}) if self.pod is None else self.pod.cluster_spec()
 
     def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+        """The cores of one host, as TF's (all of them on a one-host slice)."""
         del task_type, task_id, config_proto
-        return {"TPU": self._num_cores}
+        return {"TPU": self._num_cores // self._num_hosts}
 
     def get_tpu_system_metadata(self):
         device_attributes = _tf.DeviceAttributes
@@ -128,8 +148,8 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         )
         return _tf.TPUSystemMetadata(
             num_cores=self._num_cores,
-            num_hosts=1,
-            num_of_cores_per_host=self._num_cores,
+            num_hosts=self._num_hosts,
+            num_of_cores_per_host=self._num_cores // self._num_hosts,
             topology=None,  # As TF's: the topology comes from initialize_tpu_system.
             devices=devices,
         )
@@ -158,7 +178,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         if self._topology is None:
             self._topology = tf.tpu.experimental.Topology(
                 mesh_shape=list(self._mesh_shape),
-                device_coordinates=topologies.device_coordinates(self._mesh_shape),
+                device_coordinates=topologies.device_coordinates(
+                    self._mesh_shape, self._num_hosts
+                ),
             )
         return self._topology
 
@@ -209,6 +231,15 @@ def is_fake(resolver):
 ACTIVE = []
 
 
+def _active_pod(name):
+    """The hosts of the innermost fake of pod `name` in force, shared by its resolvers."""
+    for fake in reversed(ACTIVE):
+        pod = fake._pod  # pylint: disable=protected-access
+        if pod is not None and pod.name == name:
+            return pod
+    return None
+
+
 def default_resolver():
     """What TF1's `TPUClusterResolver("")` gives: the active fake's slice, else the default."""
     if ACTIVE:
@@ -245,6 +276,8 @@ def initialize_tpu_system(cluster_resolver=None):
             "variables on TPU to be lost.",
             name,
         )
+    if resolver.pod is not None:
+        resolver.pod.start()
     topology = resolver.tpu_topology()
     resolver.set_tpu_topology(topology.serialized())
     _INITIALIZED.add(name)
@@ -259,8 +292,11 @@ def shutdown_tpu_system(cluster_resolver=None):
 
 
 def connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs):
-    """`tf.config.experimental_connect_to_cluster`: a fake TPU is local already."""
+    """`tf.config.experimental_connect_to_cluster`: a one-host fake TPU is local
+    already; a pod's client connects to its hosts."""
     if is_fake(cluster_spec_or_resolver):
+        if cluster_spec_or_resolver.pod is not None:
+            cluster_spec_or_resolver.pod.connect(*args, **kwargs)
         return None
     return _tf.connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs)
 

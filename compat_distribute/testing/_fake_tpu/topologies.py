@@ -57,13 +57,30 @@ PRESETS = _presets(
     Preset("v6e-1", (1, 1, 1, 1)),  # Trillium, 1 chip
     Preset("v6e-4", (2, 2, 1, 1)),  # Trillium, 4 chips (2x2)
     Preset("v6e-8", (2, 4, 1, 1)),  # Trillium, 8 chips (2x4), one host
+    # Pods: several hosts of 4 chips each (a v5e / v6e host of a multi-host
+    # slice drives 4 chips, as a v2 / v3 / v4 / v5p host always does).
+    Preset("v2-32", (4, 4, 1, 2), hosts=4),  # 16 chips x 2 TensorCores, 8 cores a host
+    Preset("v3-32", (4, 4, 1, 2), hosts=4),  # 16 chips x 2 TensorCores, 8 cores a host
+    Preset("v4-16", (2, 2, 2, 1), hosts=2),  # 8 megacore chips (2x2x2)
+    Preset("v4-32", (2, 2, 4, 1), hosts=4),  # 16 megacore chips (2x2x4)
+    Preset("v5p-16", (2, 2, 2, 1), hosts=2),  # 8 megacore chips (2x2x2)
+    Preset("v5litepod-16", (4, 4, 1, 1), hosts=4),  # v5e, 16 chips (4x4)
+    Preset("v5litepod-32", (4, 8, 1, 1), hosts=8),  # v5e, 32 chips (4x8)
+    Preset("v6e-16", (4, 4, 1, 1), hosts=4),  # Trillium, 16 chips (4x4)
+    Preset("v6e-32", (4, 8, 1, 1), hosts=8),  # Trillium, 32 chips (4x8)
 )
 
 # The one default: the fake, the pytest plugin and the smoke command read it here.
 DEFAULT_TOPOLOGY = "v3-8"
 
-# Preset name -> mesh shape, the form the rest of the harness reads.
-TOPOLOGIES = types.MappingProxyType({name: p.mesh_shape for name, p in PRESETS.items()})
+# One-host preset name -> mesh shape, the form the rest of the harness reads.
+TOPOLOGIES = types.MappingProxyType(
+    {name: p.mesh_shape for name, p in PRESETS.items() if p.hosts == 1}
+)
+# Pod preset name -> host count.
+PODS = types.MappingProxyType({name: p.hosts for name, p in PRESETS.items() if p.hosts > 1})
+# A host of a pod holds this block of chips (x, y, z): 4 chips.
+HOST_CHIPS = (2, 2, 1)
 
 
 def resolve(topology, mesh_shape):
@@ -109,13 +126,46 @@ def resolve(topology, mesh_shape):
     return "mesh" + "x".join(str(v) for v in mesh), mesh
 
 
-def device_coordinates(mesh):
-    """Physical coordinates of cores 0..n-1 of the one host, cores of a chip adjacent."""
+def device_coordinates(mesh, hosts=1):
+    """Physical coordinates [host][core] of the cores, cores of a chip adjacent.
+
+    One host holds the whole mesh; the hosts of a pod hold `HOST_CHIPS` blocks,
+    x first, then y, then z (the task order of a TPU pod's topology).
+    """
     x_size, y_size, z_size, c_size = mesh
-    coords = [
-        (x, y, z, c)
-        for z, y, x, c in itertools.product(
-            range(z_size), range(y_size), range(x_size), range(c_size)
+    block = (x_size, y_size, z_size) if hosts == 1 else HOST_CHIPS
+    starts = [
+        (x, y, z)
+        for z, y, x in itertools.product(
+            range(0, z_size, block[2]), range(0, y_size, block[1]), range(0, x_size, block[0])
         )
     ]
-    return np.array([coords], dtype=np.int32)
+    if len(starts) != hosts:
+        raise ValueError(f"mesh {mesh} does not split into {hosts} hosts of {HOST_CHIPS} chips.")
+    return np.array(
+        [
+            [
+                (x0 + x, y0 + y, z0 + z, c)
+                for z, y, x, c in itertools.product(
+                    range(block[2]), range(block[1]), range(block[0]), range(c_size)
+                )
+            ]
+            for x0, y0, z0 in starts
+        ],
+        dtype=np.int32,
+    )
+
+
+def host_count(name, hosts):
+    """How many host processes the slice `name` runs on for `hosts=` (None: its own)."""
+    own = PRESETS[name].hosts if name in PRESETS else 1
+    if hosts is None:
+        return own
+    if hosts not in (1, own) or isinstance(hosts, bool) or not isinstance(hosts, int):
+        accepted = "1" if own == 1 else f"1 (every core in this process) or {own} (its hosts)"
+        raise ValueError(
+            f"hosts must be None or {accepted} for the TPU slice {name!r}; got {hosts!r}. "
+            f"A slice has the hosts of its preset: pick a pod preset ({', '.join(PODS)}) "
+            f"for several hosts."
+        )
+    return hosts

@@ -30,6 +30,8 @@ One module per role, as pytest-xdist's dsession / workermanage / remote:
     lifecycle   LocalCluster: start, run, tear down (this process)
     task        one task process: launch, watch, stop; TaskSpec names its main
     worker      the main of a task that serves `run` (in the task process)
+    server      the main of a task that hosts a tf.distribute.Server (a fake pod's host)
+    host        LocalServers: server tasks for a client in this process
     context     current_task() and worker_strategy() (in the task process)
     protocol    the typed messages between the two, and function references
     checks      the arguments' checks, before anything starts

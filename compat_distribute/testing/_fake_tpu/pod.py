@@ -1,0 +1,205 @@
+"""`FakePod`: the hosts of a multi-host TPU slice, as local server processes.
+
+A pod's client (this process) drives its hosts over gRPC, as a TPU pod's
+client does: each host is a `tf.distribute.Server` task launched by
+`testing.cluster` (job "worker", task i, 127.0.0.1), holding that host's cores
+as CPU devices. The fake's strategy is a MirroredStrategy over every host's
+cores, host-major, with one input pipeline per host, as TPUStrategy has.
+
+A watchdog thread names a host that dies (or is stopped) as soon as it
+happens; a stopped host is killed, so the step waiting on it fails with
+TensorFlow's UnavailableError, which names its task, instead of hanging.
+"""
+
+import math
+import sys
+import threading
+
+import tensorflow as tf
+
+from compat_distribute.testing import _tf
+from compat_distribute.testing.cluster import host as host_lib
+
+JOB = "worker"
+# Seconds the hosts may take to start (each imports TensorFlow).
+START_TIMEOUT_S = 120
+# How often the watchdog looks at the hosts.
+_WATCH_INTERVAL_S = 0.25
+
+
+def for_slice(name, mesh, hosts, device_type):
+    """A new `FakePod` (not started) for a slice of `hosts` > 1 hosts; None for one host."""
+    if hosts == 1:
+        return None
+    if device_type != "CPU":
+        raise ValueError(
+            f"device_type must be 'CPU' for the pod {name!r} (its hosts' cores are CPU "
+            f"devices of server processes); got {device_type!r}. Pass hosts=1 for every "
+            f"core in this process."
+        )
+    return FakePod(name, hosts, math.prod(mesh) // hosts)
+
+
+class FakePod:
+    """`hosts` server processes of `cores_per_host` cores each; see the module.
+
+    `start_timeout`: seconds the hosts may take to serve (then `start()` raises
+    `ClusterTimeoutError` with their stacks); `hooks`: a cluster `LaunchHooks`
+    for tests that inject faults into the launches.
+    """
+
+    def __init__(
+        self, name, hosts, cores_per_host, *, start_timeout=START_TIMEOUT_S, hooks=None
+    ):
+        self.name = name
+        self.num_hosts = hosts
+        self.cores_per_host = cores_per_host
+        self._start_timeout = start_timeout
+        self._hooks = hooks
+        self._servers = None
+        self._connected_spec = None  # the cluster this process is connected to
+        self._watchdog = None
+        self._stop_watching = threading.Event()
+        # What the watchdog saw last: "host 2 (worker 2, pid 123, was killed by SIGKILL)".
+        self.failure = None
+
+    def __repr__(self):
+        state = "running" if self.running else "stopped"
+        return f"FakePod({self.name!r}, hosts={self.num_hosts}, {state})"
+
+    # Devices, as TensorFlow names them once connected.
+
+    @staticmethod
+    def host_device(host):
+        return f"/job:{JOB}/replica:0/task:{host}/device:CPU:0"
+
+    def host_cores(self, host):
+        return tuple(
+            f"/job:{JOB}/replica:0/task:{host}/device:CPU:{core}"
+            for core in range(self.cores_per_host)
+        )
+
+    @property
+    def core_devices(self):
+        """Every core, host-major: the replicas' order, as on a pod."""
+        return tuple(d for host in range(self.num_hosts) for d in self.host_cores(host))
+
+    # Life cycle.
+
+    @property
+    def running(self):
+        return self._servers is not None and self._servers.running
+
+    @property
+    def pids(self):
+        return [] if self._servers is None else self._servers.pids
+
+    @property
+    def directory(self):
+        """The running hosts' temporary directory (their logs and TMPDIRs), else None."""
+        return None if self._servers is None else self._servers.directory
+
+    def start(self):
+        """Launches the hosts (if not running); returns once every host serves."""
+        if self.running:
+            return self
+        self.stop()
+        self._servers = host_lib.LocalServers(
+            self.num_hosts,
+            devices_per_host=self.cores_per_host,
+            start_timeout=self._start_timeout,
+            hooks=self._hooks,
+        )
+        self._servers.start()
+        self.failure = None
+        self._stop_watching = threading.Event()
+        self._watchdog = threading.Thread(
+            target=self._watch,
+            args=(self._servers, self._stop_watching),
+            name=f"fake TPU pod {self.name} watchdog",
+            daemon=True,
+        )
+        self._watchdog.start()
+        return self
+
+    def stop(self):
+        """Stops every host: asked to exit, then killed; nothing is left behind."""
+        self._stop_watching.set()
+        if self._watchdog is not None:
+            self._watchdog.join()
+            self._watchdog = None
+        if self._servers is not None:
+            self._servers.stop()
+            self._servers = None
+        self._connected_spec = None
+
+    def check(self):
+        """Raises `ClusterTaskError` naming the first host that died."""
+        if self._servers is not None:
+            self._servers.check()
+
+    def _watch(self, servers, stop):
+        reported = set()
+        while not stop.wait(_WATCH_INTERVAL_S):
+            for task_id, what in servers.faults():
+                if task_id in reported:
+                    continue
+                reported.add(task_id)
+                self.failure = f"host {task_id} ({what})"
+                print(
+                    f"fake TPU pod {self.name}: host {task_id} {what}; the next step fails "
+                    f"(UnavailableError naming /job:{JOB}/replica:0/task:{task_id}). Stop "
+                    f"the fake and start it again for fresh hosts.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    # The cluster, as a TPU pod's resolver reports it.
+
+    def cluster_spec(self):
+        self.start()
+        return tf.train.ClusterSpec({JOB: list(self._servers.cluster_spec[JOB])})
+
+    def master(self):
+        return "grpc://" + self.cluster_spec().task_address(JOB, 0)
+
+    def connect(self, *args, **kwargs):
+        """`tf.config.experimental_connect_to_cluster` to the hosts; the arguments are its own."""
+        spec = self.cluster_spec()
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, master=self.master())
+        _tf.connect_to_cluster(resolver, *args, **kwargs)
+        self._connected_spec = spec
+
+    def ensure_connected(self):
+        """Connects (without a default device) unless connected to these hosts already."""
+        spec = self.cluster_spec()
+        if self._connected_spec is None or self._connected_spec.as_dict() != spec.as_dict():
+            self.connect(make_master_device_default=False)
+
+    # The strategy.
+
+    def init_extended(self, extended, container_strategy, devices):
+        """Builds MirroredExtended `extended` over `devices` of this pod's hosts.
+
+        One input pipeline per host (that host's CPU feeds its own cores), as
+        TPUStrategy has one per host.
+        """
+        hosts = [tf.DeviceSpec.from_string(d).task for d in devices]
+        if hosts != sorted(hosts):
+            raise ValueError(
+                f"The device assignment places the replicas on hosts {hosts}, in this "
+                f"order; a fake TPU pod runs replicas host by host (each host's input "
+                f"pipeline feeds consecutive replicas), so it takes only assignments whose "
+                f"replicas go to hosts in order. Pass fewer replicas, or use "
+                f"hosts=1 for any device assignment on {self.name}'s {len(self.core_devices)} "
+                f"cores in one process."
+            )
+        self.ensure_connected()
+        with _tf.devices_of_several_hosts_allowed():
+            _tf.MirroredExtended.__init__(extended, container_strategy, devices=list(devices))
+        by_host = {}
+        for task, device in zip(hosts, devices):
+            by_host.setdefault(task, []).append(device)
+        _tf.set_input_workers(
+            extended, [(self.host_device(task), cores) for task, cores in sorted(by_host.items())]
+        )

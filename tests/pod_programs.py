@@ -1,0 +1,279 @@
+"""TPU pod programs, each run as a fresh client process by test_fake_tpu_pods.
+
+`python pod_programs.py NAME [ARG]` runs one program and prints one line,
+`RESULT <json>`, with what the tests check. A pod client changes its process's
+TensorFlow context for good (it connects to the pod's hosts), so pod programs
+never run inside the test process.
+"""
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+GLOBAL_BATCH = 64
+TRAIN_STEPS = 30
+LEARNING_RATE = 0.5
+
+
+def _replica_ids_summed(strategy):
+    import tensorflow as tf
+
+    @tf.function
+    def step():
+        def replica():
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce("SUM", tf.cast(context.replica_id_in_sync_group, tf.float32))
+
+        return strategy.run(replica)
+
+    return [float(v) for v in strategy.experimental_local_results(step())]
+
+
+def _dataset_fn(contexts):
+    """Points of y = 3x + 1, sharded across the input pipelines (one per host)."""
+    import tensorflow as tf
+
+    def dataset_fn(context):
+        contexts.append(
+            (context.num_input_pipelines, context.input_pipeline_id, context.num_replicas_in_sync)
+        )
+        x = tf.range(1024, dtype=tf.float32) / 1024.0
+        points = tf.data.Dataset.from_tensor_slices((x[:, None], 3.0 * x[:, None] + 1.0))
+        return (
+            points.shuffle(1024, seed=7, reshuffle_each_iteration=False)
+            .shard(context.num_input_pipelines, context.input_pipeline_id)
+            .repeat()
+            .batch(context.get_per_replica_batch_size(GLOBAL_BATCH), drop_remainder=True)
+        )
+
+    return dataset_fn
+
+
+def _train(strategy, steps):
+    """An unmodified TPU training loop: per-host input, Keras SGD; the losses and model."""
+    import tensorflow as tf
+
+    contexts = []
+    dataset = strategy.distribute_datasets_from_function(_dataset_fn(contexts))
+    with strategy.scope():
+        w = tf.Variable([[0.0]], name="w")
+        b = tf.Variable([0.0], name="b")
+        optimizer = tf.keras.optimizers.SGD(LEARNING_RATE)
+
+    @tf.function
+    def train_step(iterator):
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.square(x @ w + b - y)) / GLOBAL_BATCH
+            gradients = tape.gradient(loss, [w, b])
+            optimizer.apply_gradients(zip(gradients, [w, b]))
+            return loss
+
+        per_replica = strategy.run(replica_step, args=next(iterator))
+        return strategy.reduce("SUM", per_replica, axis=None)
+
+    iterator = iter(dataset)
+    losses = [float(train_step(iterator)) for _ in range(steps)]
+    return contexts, losses, tf.train.Checkpoint(w=w, b=b, optimizer=optimizer)
+
+
+def _descendants():
+    from cluster_checks import descendants
+
+    return sorted(descendants())
+
+
+def _bytes_written(pid):
+    with open(f"/proc/{pid}/io") as f:
+        return int(next(line for line in f if line.startswith("wchar")).split()[1])
+
+
+def running(pid):
+    from cluster_checks import running as is_running
+
+    return is_running(pid)
+
+
+def pod(checkpoint_dir):
+    """The shared pod: TF2 pod code, a training run, the V1 shim, a killed host."""
+    started = time.monotonic()
+    import tensorflow as tf
+
+    import compat_distribute
+    from compat_distribute.testing import FakeTPUClusterResolver
+    from compat_distribute.testing import fake_tpu
+
+    out = {}
+    fake = fake_tpu("v3-32").start()
+    out["start_s"] = time.monotonic() - started
+    host_pids = fake.pod.pids
+    out["host_pids"] = host_pids
+    out["host_processes_are_children"] = sorted(host_pids) == _descendants()
+    cluster_dir = fake.pod.directory
+
+    # What TPU pod code does, unmodified.
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
+    out["master"] = resolver.master()
+    out["cluster_spec"] = resolver.cluster_spec().as_dict()
+    out["num_accelerators"] = resolver.num_accelerators()
+    tf.config.experimental_connect_to_cluster(resolver)
+    topology = tf.tpu.experimental.initialize_tpu_system(resolver)
+    out["topology"] = [topology.num_tasks, topology.num_tpus_per_task, topology.mesh_shape.tolist()]
+    out["host_0_chips"] = sorted({tuple(c[:3]) for c in topology.device_coordinates[0].tolist()})
+    strategy = tf.distribute.TPUStrategy(resolver)
+    extended = strategy.extended
+    out["replicas"] = [
+        strategy.num_replicas_in_sync,
+        extended.num_hosts,
+        extended.num_replicas_per_host,
+    ]
+    out["replica_devices"] = list(extended.worker_devices)
+    out["all_reduce"] = _replica_ids_summed(strategy)
+    try:
+        strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", 1.0))
+    except Exception as e:  # pylint: disable=broad-except
+        out["eager_run"] = [type(e).__name__, str(e)]
+
+    # A device assignment whose replicas go to hosts in order: cores 0-3 of hosts 1 and 2.
+    coordinates = topology.device_coordinates
+    assignment = tf.tpu.experimental.DeviceAssignment(
+        topology, [[c] for c in coordinates[1, :4].tolist() + coordinates[2, :4].tolist()]
+    )
+    assigned = tf.distribute.TPUStrategy(resolver, experimental_device_assignment=assignment)
+    out["assigned"] = [
+        assigned.num_replicas_in_sync,
+        assigned.extended.num_hosts,
+        list(assigned.extended.worker_devices),
+        _replica_ids_summed(assigned)[0],
+    ]
+
+    # An unmodified training program: per-host input, a falling loss, a checkpoint.
+    contexts, losses, checkpoint = _train(strategy, TRAIN_STEPS)
+    out["input_contexts"] = contexts
+    out["losses"] = losses
+    out["model"] = [float(checkpoint.w.numpy()[0, 0]), float(checkpoint.b.numpy()[0])]
+    out["checkpoint"] = checkpoint.save(os.path.join(checkpoint_dir, "pod"))
+    out["checkpoint_files"] = sorted(os.listdir(checkpoint_dir))
+
+    # Who writes a checkpoint's data: host 0 (the master), as on a pod.
+    with strategy.scope():
+        big = tf.Variable(tf.zeros([250_000]))  # 1 MB
+    pids = [os.getpid()] + host_pids
+    before = [_bytes_written(p) for p in pids]
+    tf.train.Checkpoint(big=big).save(os.path.join(checkpoint_dir, "big"))
+    out["checkpoint_bytes_written"] = [_bytes_written(p) - b for p, b in zip(pids, before)]
+
+    # The V1 shim, on a resolver of its own: it shares the fake's hosts.
+    v1 = compat_distribute.TPUStrategy(FakeTPUClusterResolver("v3-32"), steps_per_run=4)
+    out["v1"] = [v1.num_replicas_in_sync, v1.extended.num_hosts, v1.extended.steps_per_run]
+    out["v1_all_reduce"] = _replica_ids_summed(v1)[0]
+    out["host_pids_after_v1"] = fake.pod.pids
+
+    # A host dies: the next step fails, naming it, within the timeout.
+    os.kill(host_pids[2], 9)
+    time.sleep(1.0)  # the watchdog looks 4 times a second
+    out["watchdog"] = fake.pod.failure
+    failed_at = time.monotonic()
+    try:
+        _replica_ids_summed(strategy)
+    except Exception as e:  # pylint: disable=broad-except
+        out["dead_host_step"] = [type(e).__name__, str(e)[:2000]]
+    out["dead_host_step_s"] = time.monotonic() - failed_at
+    try:
+        fake.pod.check()
+    except Exception as e:  # pylint: disable=broad-except
+        out["check"] = [type(e).__name__, str(e).splitlines()[0], e.task_id]
+
+    # A stopped host would hang every step: the watchdog kills it.
+    os.kill(host_pids[1], signal.SIGSTOP)
+    time.sleep(1.0)
+    out["stopped_host"] = [fake.pod.failure, running(host_pids[1])]
+
+    fake.stop()
+    out["after_stop"] = {
+        "hosts_alive": [p for p in host_pids if os.path.exists(f"/proc/{p}")],
+        "children": _descendants(),
+        "cluster_dir_exists": os.path.exists(cluster_dir),
+        "running": fake.pod.running,
+    }
+
+    # Started again: fresh hosts, and the same code runs on them.
+    with fake:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
+        tf.config.experimental_connect_to_cluster(resolver)
+        restarted = fake.pod.pids
+        out["restart"] = [
+            sorted(set(restarted) & set(host_pids)),
+            len(restarted),
+            _replica_ids_summed(tf.distribute.TPUStrategy(resolver))[0],
+        ]
+    out["restart_hosts_alive"] = [p for p in restarted if os.path.exists(f"/proc/{p}")]
+    return out
+
+
+def one_host(checkpoint):
+    """`hosts=1`: the same 32 replicas in this process; the pod's checkpoint restored."""
+    from compat_distribute.testing import set_virtual_devices
+
+    set_virtual_devices(32)
+    import tensorflow as tf
+
+    import compat_distribute
+    from compat_distribute.testing import FakeTPUClusterResolver
+    from compat_distribute.testing import fake_tpu
+
+    out = {}
+    with fake_tpu("v3-32", hosts=1):
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
+        tf.config.experimental_connect_to_cluster(resolver)
+        topology = tf.tpu.experimental.initialize_tpu_system(resolver)
+        strategy = tf.distribute.TPUStrategy(resolver)
+        extended = strategy.extended
+        out["master"] = resolver.master()
+        out["topology"] = [topology.num_tasks, topology.num_tpus_per_task]
+        out["replicas"] = [
+            strategy.num_replicas_in_sync,
+            extended.num_hosts,
+            extended.num_replicas_per_host,
+        ]
+        out["all_reduce"] = _replica_ids_summed(strategy)[0]
+        out["children"] = _descendants()
+        contexts = []
+        strategy.distribute_datasets_from_function(_dataset_fn(contexts))
+        out["input_contexts"] = contexts
+        # The pod's checkpoint, restored into this one-host strategy.
+        _, _, restored = _train(strategy, 0)
+        restored.restore(checkpoint).assert_existing_objects_matched()
+        out["restored"] = [
+            [float(v.numpy()[0, 0]) for v in strategy.experimental_local_results(restored.w)],
+            [float(v.numpy()[0]) for v in strategy.experimental_local_results(restored.b)],
+            int(restored.optimizer.iterations.numpy()),
+        ]
+        v1 = compat_distribute.TPUStrategy(
+            FakeTPUClusterResolver("v3-32", hosts=1), steps_per_run=4
+        )
+        out["v1"] = [v1.num_replicas_in_sync, v1.extended.num_hosts, v1.extended.steps_per_run]
+        out["v1_all_reduce"] = _replica_ids_summed(v1)[0]
+    return out
+
+
+def hold_pod():
+    """Starts a v4-16 (2 hosts), says its hosts and directory, then waits to be killed."""
+    from compat_distribute.testing import fake_tpu
+
+    fake = fake_tpu("v4-16").start()
+    print("HOSTS", fake.pod.directory, *fake.pod.pids, flush=True)
+    time.sleep(600)
+
+
+PROGRAMS = {"pod": pod, "one_host": one_host, "hold_pod": hold_pod}
+
+if __name__ == "__main__":
+    name, *args = sys.argv[1:]
+    result = PROGRAMS[name](*args)
+    print("RESULT " + json.dumps(result), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # TensorFlow may block at exit on a context whose hosts are gone.

@@ -1,0 +1,429 @@
+"""Fake TPU pods: a multi-host slice as host processes, driven by one client.
+
+Each pod program (pod_programs.py) runs in a client process of its own, since
+connecting to a pod changes that process's TensorFlow context for good; the
+module shares one v3-32 pod run (4 hosts) between its tests.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from compat_distribute.testing import PRESETS
+from compat_distribute.testing import TOPOLOGIES
+from compat_distribute.testing import fake_tpu
+from compat_distribute.testing._fake_tpu import topologies
+from compat_distribute.testing.cluster import workdir
+
+pytest_plugins = ["pytester"]
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+PROGRAM_TIMEOUT_S = 300
+
+
+def _client(name, *args, env=None):
+    """Runs pod program `name` in a fresh client process; returns its RESULT."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(TESTS_DIR, "pod_programs.py"), name, *args],
+        capture_output=True,
+        text=True,
+        timeout=PROGRAM_TIMEOUT_S,
+        env=_env(env),
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, result.stderr[-5000:]
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def _env(extra=None):
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([TESTS_DIR] + sys.path),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        **(extra or {}),
+    )
+
+
+@pytest.fixture(name="pod_run", scope="module")
+def pod_run_fixture(tmp_path_factory):
+    return _client("pod", str(tmp_path_factory.mktemp("pod_checkpoints")))
+
+
+@pytest.fixture(name="one_host_run", scope="module")
+def one_host_run_fixture(pod_run):
+    return _client("one_host", pod_run["checkpoint"])
+
+
+# -- The presets (no process started) ----------------------------------------
+
+# (name, hosts, chips, TensorFlow devices, mesh), from the Cloud TPU pages: a
+# host of a pod drives 4 chips.
+PODS = [
+    ("v2-32", 4, 16, 32, (4, 4, 1, 2)),
+    ("v3-32", 4, 16, 32, (4, 4, 1, 2)),
+    ("v4-16", 2, 8, 8, (2, 2, 2, 1)),
+    ("v4-32", 4, 16, 16, (2, 2, 4, 1)),
+    ("v5p-16", 2, 8, 8, (2, 2, 2, 1)),
+    ("v5litepod-16", 4, 16, 16, (4, 4, 1, 1)),
+    ("v5litepod-32", 8, 32, 32, (4, 8, 1, 1)),
+    ("v6e-16", 4, 16, 16, (4, 4, 1, 1)),
+    ("v6e-32", 8, 32, 32, (4, 8, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("name, hosts, chips, cores, mesh", PODS, ids=[p[0] for p in PODS])
+def test_pod_presets_have_their_hosts_of_four_chips(name, hosts, chips, cores, mesh):
+    preset = PRESETS[name]
+    assert (preset.hosts, preset.chips, preset.cores, preset.mesh_shape) == (
+        hosts,
+        chips,
+        cores,
+        mesh,
+    )
+    assert name not in TOPOLOGIES  # the one-host table the plugin and smoke read
+    coordinates = topologies.device_coordinates(mesh, hosts)
+    assert coordinates.shape == (hosts, cores // hosts, 4)
+    # Every core once; each host holds a 2x2x1 block of chips.
+    assert len({tuple(c) for c in coordinates.reshape(-1, 4).tolist()}) == cores
+    for host in coordinates.tolist():
+        xs, ys, zs = ({c[axis] for c in host} for axis in range(3))
+        assert (len(xs), len(ys), len(zs)) == (2, 2, 1)
+
+
+def test_a_pod_resolver_starts_nothing_until_used():
+    from compat_distribute.testing import FakeTPUClusterResolver
+
+    resolver = FakeTPUClusterResolver("v4-32")
+    assert (resolver.num_hosts, resolver.num_accelerators()) == (4, {"TPU": 4})
+    assert resolver.pod.running is False and resolver.pod.pids == []
+    assert resolver.core_devices[4] == "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+@pytest.mark.parametrize(
+    "topology, hosts, accepted",
+    [
+        ("v3-32", 2, "1 (every core in this process) or 4 (its hosts)"),
+        ("v3-32", "4", "1 (every core in this process) or 4 (its hosts)"),
+        ("v3-8", 4, "1"),
+    ],
+)
+def test_a_host_count_the_slice_does_not_have_is_refused(topology, hosts, accepted):
+    with pytest.raises(ValueError) as raised:
+        fake_tpu(topology, hosts=hosts)
+    assert str(raised.value) == (
+        f"hosts must be None or {accepted} for the TPU slice {topology!r}; got {hosts!r}. "
+        f"A slice has the hosts of its preset: pick a pod preset ({', '.join(topologies.PODS)}) "
+        f"for several hosts."
+    )
+
+
+def test_a_pod_on_gpus_is_refused():
+    from compat_distribute.testing import FakeTPUClusterResolver
+
+    with pytest.raises(ValueError, match=r"device_type must be 'CPU' for the pod 'v3-32'"):
+        FakeTPUClusterResolver("v3-32", device_type="GPU")
+
+
+def test_a_device_assignment_across_hosts_out_of_order_is_refused_before_any_host_starts():
+    import tensorflow as tf
+
+    from compat_distribute.testing import FakeTPUClusterResolver
+    from compat_distribute.testing import FakeTPUStrategy
+
+    resolver = FakeTPUClusterResolver("v3-32")
+    topology = resolver.tpu_topology()
+    assert (topology.num_tasks, topology.num_tpus_per_task) == (4, 8)
+    assignment = tf.tpu.experimental.DeviceAssignment.build(topology, num_replicas=32)
+    with pytest.raises(ValueError) as raised:
+        FakeTPUStrategy(resolver, experimental_device_assignment=assignment)
+    assert str(raised.value).startswith(
+        "The device assignment places the replicas on hosts [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, "
+    )
+    assert str(raised.value).endswith(
+        "Pass fewer replicas, or use hosts=1 for any device assignment on v3-32's 32 cores in "
+        "one process."
+    )
+    assert resolver.pod.running is False
+
+
+def _never_serves(spec, argv):
+    """Host 1 of the pod below: a process that never says it is up."""
+    if spec.task_id == 1:
+        return [sys.executable, "-c", "import time; time.sleep(600)"]
+    return argv
+
+
+@pytest.mark.multi_worker
+def test_a_host_that_never_starts_fails_start_up_naming_it_and_leaves_nothing():
+    from cluster_checks import cluster_dirs
+    from cluster_checks import descendants
+
+    from compat_distribute.testing._fake_tpu.pod import FakePod
+    from compat_distribute.testing.cluster import ClusterTimeoutError
+    from compat_distribute.testing.cluster import LaunchHooks
+    from compat_distribute.testing.cluster import lifecycle
+
+    launched = []
+    pod = FakePod(
+        "v4-16",
+        2,
+        4,
+        start_timeout=15,
+        hooks=LaunchHooks(command=_never_serves, on_launch=lambda name, pid: launched.append(pid)),
+    )
+    before = descendants()
+    with pytest.raises(ClusterTimeoutError) as raised:
+        pod.start()
+    assert raised.value.pending == ["worker 1"]
+    assert str(raised.value).startswith(
+        "local_cluster: worker 1 did not start within 15 s (start_timeout)"
+    )
+    assert len(launched) == 2 and not pod.running and pod.pids == []
+    assert descendants() - before == set() and not any(_running(p) for p in launched)
+    live = {c.directory for c in lifecycle.running_clusters()}  # other modules' shared ones
+    assert set(cluster_dirs()) - live == set()
+
+
+# -- One v3-32 pod run: unmodified TF2 pod code on 4 host processes ----------
+
+
+@pytest.mark.multi_worker
+def test_tf2_pod_code_gets_32_replicas_on_4_host_processes(pod_run):
+    assert pod_run["replicas"] == [32, 4, 8]  # replicas, num_hosts, num_replicas_per_host
+    assert pod_run["topology"] == [4, 8, [4, 4, 1, 2]]
+    assert pod_run["host_0_chips"] == [[0, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0]]
+    assert pod_run["num_accelerators"] == {"TPU": 8}  # per host, as TF's resolver says
+    addresses = pod_run["cluster_spec"]["worker"]
+    assert len(addresses) == 4 and all(a.startswith("127.0.0.1:") for a in addresses)
+    assert pod_run["master"] == "grpc://" + addresses[0]
+    assert len(pod_run["host_pids"]) == 4 and pod_run["host_processes_are_children"]
+    # Host-major: replica r runs on core r % 8 of host r // 8.
+    assert pod_run["replica_devices"] == [
+        f"/job:worker/replica:0/task:{r // 8}/device:CPU:{r % 8}" for r in range(32)
+    ]
+    assert pod_run["all_reduce"] == [float(sum(range(32)))] * 32
+
+
+@pytest.mark.multi_worker
+def test_a_device_assignment_maps_replicas_to_the_cores_of_their_hosts(pod_run):
+    # Replicas on the physical coordinates of cores 0-3 of host 1, then of host 2.
+    replicas, hosts, devices, total = pod_run["assigned"]
+    assert (replicas, hosts, total) == (8, 2, float(sum(range(8))))
+    assert devices == [
+        f"/job:worker/replica:0/task:{task}/device:CPU:{core}"
+        for task in (1, 2)
+        for core in range(4)
+    ]
+
+
+@pytest.mark.multi_worker
+def test_each_host_runs_its_own_input_pipeline(pod_run):
+    # (num_input_pipelines, input_pipeline_id, num_replicas_in_sync), one per host.
+    assert pod_run["input_contexts"] == [[4, host, 32] for host in range(4)]
+
+
+@pytest.mark.multi_worker
+def test_eager_run_is_refused_as_on_a_tpu(pod_run):
+    kind, message = pod_run["eager_run"]
+    assert kind == "NotImplementedError"
+    assert message.startswith("TPUStrategy.run(fn, ...) does not support pure eager execution.")
+
+
+@pytest.mark.multi_worker
+def test_pod_training_converges_and_its_checkpoint_restores_on_one_host(pod_run, one_host_run):
+    losses = pod_run["losses"]
+    assert len(losses) == 30
+    assert max(losses[-5:]) < losses[0] / 10
+    assert sorted(pod_run["checkpoint_files"]) == [
+        "checkpoint",
+        "pod-1.data-00000-of-00001",
+        "pod-1.index",
+    ]
+    w, b = pod_run["model"]
+    restored_w, restored_b, iterations = one_host_run["restored"]
+    assert restored_w == [w] * 32 and restored_b == [b] * 32
+    assert iterations == 30
+
+
+@pytest.mark.multi_worker
+def test_host_0_writes_the_checkpoint_data(pod_run):
+    # Bytes written while a 1 MB variable was saved: client, hosts 0-3.
+    client, host_0, *others = pod_run["checkpoint_bytes_written"]
+    assert host_0 >= 1_000_000
+    assert client < 10_000 and max(others) < 10_000
+
+
+@pytest.mark.multi_worker
+def test_the_v1_shim_runs_on_the_pod_and_shares_its_hosts(pod_run):
+    assert pod_run["v1"] == [32, 4, 4]  # replicas, num_hosts, steps_per_run
+    assert pod_run["v1_all_reduce"] == float(sum(range(32)))
+    assert pod_run["host_pids_after_v1"] == pod_run["host_pids"]
+
+
+@pytest.mark.multi_worker
+def test_a_killed_host_fails_the_next_step_naming_it(pod_run):
+    pid = pod_run["host_pids"][2]
+    assert pod_run["watchdog"] == f"host 2 (worker 2, pid {pid}, was killed by SIGKILL)"
+    kind, message = pod_run["dead_host_step"]
+    assert kind == "UnavailableError"
+    assert "/job:worker/replica:0/task:2/" in message
+    assert pod_run["dead_host_step_s"] < 60
+    assert pod_run["check"] == [
+        "ClusterTaskError",
+        f"local_cluster: worker 2 (pid {pid}) was killed by SIGKILL.",
+        2,
+    ]
+
+
+@pytest.mark.multi_worker
+def test_a_stopped_host_is_killed_and_named(pod_run):
+    pid = pod_run["host_pids"][1]
+    assert pod_run["stopped_host"] == [
+        f"host 1 (worker 1, pid {pid}, was stopped (SIGSTOP or a debugger), so it was killed)",
+        False,
+    ]
+
+
+@pytest.mark.multi_worker
+def test_stop_leaves_no_host_process_and_no_directory(pod_run):
+    assert pod_run["after_stop"] == {
+        "hosts_alive": [],
+        "children": [],
+        "cluster_dir_exists": False,
+        "running": False,
+    }
+
+
+@pytest.mark.multi_worker
+def test_a_stopped_fake_starts_again_with_fresh_hosts(pod_run):
+    assert pod_run["restart"] == [[], 4, float(sum(range(32)))]
+    assert pod_run["restart_hosts_alive"] == []
+
+
+@pytest.mark.multi_worker
+def test_hosts_1_gives_the_same_32_replicas_in_the_client_alone(one_host_run):
+    assert one_host_run["master"] == ""
+    assert one_host_run["topology"] == [1, 32]
+    assert one_host_run["replicas"] == [32, 1, 32]
+    assert one_host_run["all_reduce"] == float(sum(range(32)))
+    assert one_host_run["children"] == []
+    assert one_host_run["input_contexts"] == [[1, 0, 32]]
+    assert one_host_run["v1"] == [32, 1, 4]
+    assert one_host_run["v1_all_reduce"] == float(sum(range(32)))
+
+
+@pytest.mark.multi_worker
+def test_hosts_die_with_a_client_killed_by_sigkill(tmp_path):
+    temp_dir = tmp_path / "tmp"
+    temp_dir.mkdir()
+    client = subprocess.Popen(
+        [sys.executable, os.path.join(TESTS_DIR, "pod_programs.py"), "hold_pod"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env({"TMPDIR": str(temp_dir)}),
+    )
+    try:
+        line = client.stdout.readline()
+    finally:
+        client.kill()
+        client.wait()
+        client.stdout.close()
+    word, directory, *pids = line.split()
+    pids = [int(p) for p in pids]
+    assert word == "HOSTS" and len(pids) == 2 and os.path.dirname(directory) == str(temp_dir)
+    deadline = time.monotonic() + 10
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p for p in pids if _running(p)] == []
+    # The killed client could not remove its directory; the next launch does.
+    assert workdir.reap_abandoned(str(temp_dir)) == [directory]
+    assert os.listdir(temp_dir) == []
+    assert client.returncode == -signal.SIGKILL
+
+
+def _running(pid):
+    from cluster_checks import running
+
+    return running(pid)
+
+
+@pytest.mark.multi_worker
+def test_the_smoke_command_runs_on_a_pod_and_leaves_nothing(tmp_path):
+    temp_dir = tmp_path / "tmp"
+    temp_dir.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "compat_distribute", "smoke", "--topology", "v4-16", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=PROGRAM_TIMEOUT_S,
+        env=_env({"TMPDIR": str(temp_dir)}),
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    report = json.loads(result.stdout)
+    assert (report["ok"], report["device"], report["replicas"]) == (
+        True,
+        "fake TPU v4-16 (8 cores on 2 host processes)",
+        8,
+    )
+    assert [c["name"] for c in report["checks"] if not c["ok"]] == []
+    # The hosts' directory is gone (AutoGraph's own temp files stay, as in any TF program).
+    assert [n for n in os.listdir(temp_dir) if n.startswith(workdir.PREFIX)] == []
+
+
+_POD_PROJECT = """
+import tensorflow as tf
+
+import compat_distribute.testing
+
+HOST_PIDS = []
+
+
+def _summed_ids(strategy):
+    @tf.function
+    def step():
+        def replica():
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce("SUM", context.replica_id_in_sync_group)
+
+        return strategy.run(replica)
+
+    return [int(v) for v in strategy.experimental_local_results(step())]
+
+
+def test_fixture(tpu_strategy, tpu_resolver):
+    assert tpu_strategy.num_replicas_in_sync == 8
+    assert (tpu_strategy.extended.num_hosts, tpu_strategy.extended.num_replicas_per_host) == (2, 4)
+    assert _summed_ids(tpu_strategy) == [28] * 8
+    assert len(tpu_resolver.pod.pids) == 2
+    HOST_PIDS.extend(tpu_resolver.pod.pids)
+    # The cores are the hosts' devices: this process made no virtual devices for them.
+    local = [d.name for d in tf.config.list_logical_devices("CPU") if "/job:worker/" not in d.name]
+    assert local == ["/device:CPU:0"]
+
+
+class PodTest(compat_distribute.testing.TestCase):
+
+    def test_testcase(self):
+        self.assertEqual(self.tpu_strategy.extended.num_hosts, 2)
+        self.assertEqual(self.tpu_resolver.pod.pids, HOST_PIDS)  # the fixture's hosts
+        self.assertEqual(_summed_ids(self.tpu_strategy), [28] * 8)
+"""
+
+
+@pytest.mark.multi_worker
+def test_the_pytest_plugin_and_the_testcase_share_one_pod(pytester, monkeypatch):
+    # The TestCase reads the environment; the plugin the same variable.
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY", "v4-16")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    pytester.makepyfile(test_pod=_POD_PROJECT)
+    result = pytester.runpytest_subprocess("-p", "no:xdist", timeout=PROGRAM_TIMEOUT_S)
+    result.stdout.fnmatch_lines(
+        ["compat_distribute: tpu=fake (v4-16, 8 cores on 2 host processes), tf-devices=*"]
+    )
+    result.assert_outcomes(passed=2, skipped=1)  # tf.test.TestCase skips its test_session
