@@ -30,7 +30,7 @@ def run_python(code, *, timeout=120, env=None):
     )
 
 
-@pytest.fixture(name="run_python")
+@pytest.fixture(name="run_python", scope="session")
 def run_python_fixture():
     return run_python
 

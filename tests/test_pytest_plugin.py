@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from compat_distribute.testing import _settings
+from compat_distribute import _tpu_discovery
 from compat_distribute.testing import _tpu_backend
 from compat_distribute.testing import cluster as cluster_lib
 from compat_distribute.testing import devices
@@ -147,7 +148,7 @@ def test_bad_value_names_its_source(pytester, monkeypatch, args, env, ini, messa
     # A misspelt --tpu must fail before any TPU lookup, here a network call.
     looked_up = []
     monkeypatch.setattr(_tpu_backend, "check_resolves", lambda *a, **k: looked_up.append(a))
-    monkeypatch.setattr(_tpu_backend, "connect", lambda *a, **k: looked_up.append(a))
+    monkeypatch.setattr(_tpu_discovery, "connect", lambda *a, **k: looked_up.append(a))
     stderr = _usage_error(pytester.runpytest(*args))
     assert f"ERROR: {message.format(ini=ini_file)}" in stderr
     assert looked_up == []

@@ -106,9 +106,7 @@ def report(result):
 
 
 @pytest.fixture(scope="module", name="runs")
-def runs_fixture():
-    from conftest import run_python  # pylint: disable=import-outside-toplevel
-
+def runs_fixture(run_python):
     legacy = {"TF_USE_LEGACY_KERAS": "1"}
     return {
         "fake v3-8": report(run_program(run_python, V3_8, legacy)),
