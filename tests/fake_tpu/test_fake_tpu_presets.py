@@ -72,4 +72,4 @@ def test_the_presets_and_the_default_import_no_tensorflow(run_python):
         """
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split("\n")[:2] == ["v3-8 v3-8 10", "[]"]
+    assert result.stdout.split("\n")[:2] == [f"v3-8 v3-8 {len(PRESETS)}", "[]"]
