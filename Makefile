@@ -15,8 +15,10 @@ $(STAMP): setup.cfg pyproject.toml
 smoke: $(STAMP)
 	$(VENV)/bin/compat-distribute smoke
 
+# Two workers, each test file on one of them (its module fixtures start once):
+# most of the suite's time is spent waiting on subprocesses, so two overlap well.
 test: $(STAMP)
-	$(PYTEST) tests
+	$(PYTEST) -n 2 --dist loadfile tests
 
 test-fast: $(STAMP)
 	$(PYTEST) -m 'not multi_worker' tests
