@@ -36,7 +36,7 @@ _STEP_TENSORS_MAX = 64
 def _steps_tensor(name, value, default):
     import tensorflow as tf
 
-    steps = _validate.positive_int(
+    steps = _validate.step_count(
         name,
         value,
         default=default,

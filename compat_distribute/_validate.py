@@ -7,6 +7,10 @@ to do instead.
 
 import numbers
 
+# TF1's on-device loops counted steps in an int32 (tpu.training_loop.repeat): no
+# V1 program ran more steps a call, and past int64 TensorFlow fails deep inside.
+MAX_STEPS = 2**31 - 1
+
 
 def show(value):
     """A value as error messages show it: its repr and its type."""
@@ -25,8 +29,19 @@ def positive_int(name, value, *, default=None, hint=""):
     return int(value)
 
 
+def step_count(name, value, *, default, hint):
+    """A count of steps per call: an int from 1 to MAX_STEPS."""
+    steps = positive_int(name, value, default=default, hint=hint)
+    if steps > MAX_STEPS:
+        raise ValueError(
+            f"{name} must be at most {MAX_STEPS} (TF1 counted the steps of an "
+            f"on-device loop in an int32); got {steps}.{hint}"
+        )
+    return steps
+
+
 def steps_per_run(value):
-    return positive_int(
+    return step_count(
         "steps_per_run",
         value,
         default=1,

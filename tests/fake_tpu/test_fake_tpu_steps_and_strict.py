@@ -42,6 +42,37 @@ def test_run_steps_runs_steps_per_run_steps_on_the_device(v1_steps):
         v1_steps.run_steps(step, iterator, steps=0)
 
 
+@pytest.mark.parametrize("name", ["steps", "iterations"])
+def test_a_step_count_past_int32_is_refused_before_any_step(v1_steps, name):
+    counter = make_counter(v1_steps)
+    dataset = tf.data.Dataset.range(1000).batch(8, drop_remainder=True)
+
+    def step(x):
+        counter.assign_add(1)
+        return x
+
+    if name == "steps":
+        call = lambda count: v1_steps.run_steps(
+            step, iter(v1_steps.experimental_distribute_dataset(dataset)), steps=count
+        )
+    else:
+        iterator = v1_steps.make_dataset_iterator(dataset)
+        call = lambda count: v1_steps.extended.experimental_run_steps_on_iterator(
+            lambda ctx, x: v1_steps.extended.call_for_each_replica(step, args=(x,)),
+            iterator,
+            iterations=count,
+        )
+    for count in (2**31, 2**64):  # 2**64 used to fail inside TF's constant_op
+        with pytest.raises(ValueError) as info:
+            call(count)
+        assert str(info.value) == (
+            f"{name} must be at most 2147483647 (TF1 counted the steps of an on-device "
+            f"loop in an int32); got {count}. Pass {name}=None to run steps_per_run "
+            f"steps, or a count >= 1."
+        )
+    assert counter.numpy() == 0
+
+
 def test_run_steps_on_iterator_runs_iterations_on_the_device(v1_steps):
     counter = make_counter(v1_steps)
     iterator = v1_steps.make_dataset_iterator(
