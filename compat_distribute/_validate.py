@@ -141,3 +141,59 @@ def strategy(value, *, hint):
             f"outside any strategy's scope); got {show(value)}. {hint}"
         )
     return value
+
+
+def function(name, value, *, hint=""):
+    """Checks that `value` (a step or input function) is callable."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable; got {show(value)}.{hint}")
+    return value
+
+
+def dataset(name, value):
+    """Checks that `value` is a `tf.data.Dataset` (what the V1 iterators took)."""
+    import tensorflow as tf
+
+    if not isinstance(value, tf.data.Dataset):
+        raise TypeError(
+            f"{name} must be a tf.data.Dataset; got {show(value)}. Build one with "
+            f"tf.data.Dataset.from_tensor_slices(...).batch(global_batch_size)."
+        )
+    return value
+
+
+def step_iterator(name, value, *, method):
+    """Checks that `value` is an iterator a step loop can draw batches from.
+
+    `method` is what the loop calls: "__next__" (TF2's `next(iterator)`) or
+    "get_next" (TF1's `iterator.get_next()`).
+    """
+    if not callable(getattr(value, method, None)):
+        import tensorflow as tf
+
+        fix = (
+            "iter(strategy.experimental_distribute_dataset(dataset))"
+            if method == "__next__"
+            else "strategy.make_dataset_iterator(dataset)"
+        )
+        told = " (a dataset, not an iterator over it)" if isinstance(value, tf.data.Dataset) else ""
+        raise TypeError(
+            f"{name} must be an iterator with {method}(); got {show(value)}{told}. "
+            f"Pass {fix}."
+        )
+    return value
+
+
+def session_config(value):
+    """Checks `configure`'s `session_config`: None or a `tf.compat.v1.ConfigProto`."""
+    if value is None:
+        return None
+    import tensorflow as tf
+
+    if not isinstance(value, tf.compat.v1.ConfigProto):
+        raise TypeError(
+            f"session_config must be None or a tf.compat.v1.ConfigProto; got "
+            f"{show(value)}. Pass the ConfigProto your Session is built with; "
+            f"configure() updates it in place."
+        )
+    return value
