@@ -91,8 +91,20 @@ class FakeTPUExtended(_tf.MirroredExtended):
     num_replicas_per_host = _tf.TPUExtended.num_replicas_per_host
     experimental_logical_device = _tf.TPUExtended.experimental_logical_device
     _check_spec = _tf.TPUExtended._check_spec  # pylint: disable=protected-access
-    _update_config_proto = _tf.TPUExtended._update_config_proto  # pylint: disable=protected-access
     _configure = _tf.TPUExtended._configure  # pylint: disable=protected-access
+
+    def _update_config_proto(self, config_proto):
+        """TPUExtended's, and the session sees the fake's cores.
+
+        A TF1 `Session(config=...)` takes its devices from that config alone,
+        not from the runtime's virtual devices: with no CPU count it has one
+        CPU, and the replicas' ops on CPU:1.. fail to place (or, with soft
+        placement, all run on CPU:0).
+        """
+        updated = _tf.TPUExtended._update_config_proto(self, config_proto)  # pylint: disable=protected-access
+        cpus = len(tf.config.list_logical_devices("CPU"))
+        updated.device_count["CPU"] = max(updated.device_count.get("CPU", 0), cpus)
+        return updated
 
     @property
     def worker_devices(self):
