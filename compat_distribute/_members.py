@@ -77,6 +77,7 @@ def _reduce(self, reduce_op, value, axis=None):
     TF2's multi-worker reduce takes one value at a time and rejects an axis on
     a scalar, and Keras 3's fit() relies on both under MultiWorkerMirroredStrategy.
     """
+    _validate.reduce_op(reduce_op)
     if axis is None and not isinstance(value, (list, tuple, dict)):
         # The common call, a single value: no per-leaf work.
         return _tf.StrategyBase.reduce(self, reduce_op, value, None)

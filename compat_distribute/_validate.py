@@ -197,3 +197,27 @@ def session_config(value):
             f"configure() updates it in place."
         )
     return value
+
+
+
+def reduce_op(value):
+    """Checks a `reduce_op`: a `tf.distribute.ReduceOp` or its name.
+
+    TensorFlow raises a bare ValueError ("'SUMM' is not a valid ReduceOp") for
+    a wrong name and an AssertionError with no text for anything else; the
+    types are kept, with a text that says what to pass.
+    """
+    import tensorflow as tf
+
+    if isinstance(value, tf.distribute.ReduceOp):
+        return value
+    accepted = "reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN')"
+    if isinstance(value, str):
+        try:
+            return tf.distribute.ReduceOp(value.upper())
+        except ValueError:
+            raise ValueError(f"{accepted}; got {value!r}.") from None
+    raise AssertionError(
+        f"{accepted}; got {value!r}. TensorFlow's reduce_to asserts the same (with no "
+        f"message)."
+    )

@@ -247,7 +247,7 @@ def test_reduce_without_a_reduce_op_says_what_is_accepted(v3_8):
             call()
         assert str(info.value) == (
             "reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN'); got None. "
-            "TPUStrategy's reduce_to asserts the same (with no message)."
+            "TensorFlow's reduce_to asserts the same (with no message)."
         )
 
 

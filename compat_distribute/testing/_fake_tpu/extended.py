@@ -8,26 +8,14 @@ import numpy as np
 import tensorflow as tf
 
 from compat_distribute import _members
+from compat_distribute import _validate
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import variables
-
-_REDUCE_OPS = (tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN)
 
 
 def check_reduce_op(reduce_op):
     """TF's reduce_to asserts SUM or MEAN with no text; the fake says it, as an AssertionError."""
-    if isinstance(reduce_op, str):
-        try:
-            reduce_op = tf.distribute.ReduceOp(reduce_op.upper())
-        except ValueError:
-            pass  # TF's own ValueError follows.
-        else:
-            return
-    if reduce_op not in _REDUCE_OPS:
-        raise AssertionError(
-            f"reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN'); got "
-            f"{reduce_op!r}. TPUStrategy's reduce_to asserts the same (with no message)."
-        )
+    _validate.reduce_op(reduce_op)
 
 
 def _refuse_per_replica_input(options, message):
