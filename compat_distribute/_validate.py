@@ -176,7 +176,9 @@ def step_iterator(name, value, *, method):
             if method == "__next__"
             else "strategy.make_dataset_iterator(dataset)"
         )
-        told = " (a dataset, not an iterator over it)" if isinstance(value, tf.data.Dataset) else ""
+        told = ""
+        if isinstance(value, tf.data.Dataset):
+            told = " (a dataset, not an iterator over it)"
         raise TypeError(
             f"{name} must be an iterator with {method}(); got {show(value)}{told}. "
             f"Pass {fix}."
@@ -197,7 +199,6 @@ def session_config(value):
             f"configure() updates it in place."
         )
     return value
-
 
 
 def reduce_op(value):

@@ -89,7 +89,8 @@ class FakeTPUExtended(_tf.MirroredExtended):
         CPU, and the replicas' ops on CPU:1.. fail to place (or, with soft
         placement, all run on CPU:0).
         """
-        updated = _tf.TPUExtended._update_config_proto(self, config_proto)  # pylint: disable=protected-access
+        tpu_update = _tf.TPUExtended._update_config_proto  # pylint: disable=protected-access
+        updated = tpu_update(self, config_proto)
         cpus = len(tf.config.list_logical_devices("CPU"))
         updated.device_count["CPU"] = max(updated.device_count.get("CPU", 0), cpus)
         return updated
