@@ -73,7 +73,9 @@ def _tpu(text):
     try:
         return parse(text)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{e}; got {text!r}") from None
+        fix = getattr(e, "fix", "")  # the plugin's advice, e.g. "Did you mean --tpu=fake?"
+        message = f"{e}; got {text!r}" + (f". {fix}" if fix else "")
+        raise argparse.ArgumentTypeError(message) from None
 
 
 def build_parser():

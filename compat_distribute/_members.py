@@ -25,6 +25,7 @@ import warnings
 
 from compat_distribute import _steps
 from compat_distribute import _tf
+from compat_distribute import _validate
 
 WORKS = "works"
 RENAMED = "renamed"
@@ -76,6 +77,7 @@ def _reduce(self, reduce_op, value, axis=None):
     TF2's multi-worker reduce takes one value at a time and rejects an axis on
     a scalar, and Keras 3's fit() relies on both under MultiWorkerMirroredStrategy.
     """
+    _validate.reduce_op(reduce_op)
     if axis is None and not isinstance(value, (list, tuple, dict)):
         # The common call, a single value: no per-leaf work.
         return _tf.StrategyBase.reduce(self, reduce_op, value, None)
@@ -119,12 +121,16 @@ def _experimental_run_on_tpu(self, fn, input_iterator=None):
 
 def _make_dataset_iterator(self, dataset):
     """V1 iterator with `initialize()` and `get_next()`."""
+    _validate.dataset("dataset", dataset)
     return _tf.make_dataset_iterator(self.extended, dataset)
 
 
 def _make_input_fn_iterator(self, input_fn, replication_mode=None):
     import tensorflow as tf
 
+    _validate.function(
+        "input_fn", input_fn, hint=" Pass input_fn(input_context) returning a tf.data.Dataset."
+    )
     per_worker = tf.distribute.InputReplicationMode.PER_WORKER
     mode = replication_mode or per_worker
     if mode != per_worker:
@@ -141,6 +147,7 @@ def _experimental_make_numpy_dataset(self, numpy_input, session=None):
 
 
 def _configure(self, session_config=None, cluster_spec=None, task_type=None, task_id=None):
+    _validate.session_config(session_config)
     return _tf.configure(self.extended, session_config, cluster_spec, task_type, task_id)
 
 

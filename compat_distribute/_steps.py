@@ -36,7 +36,7 @@ _STEP_TENSORS_MAX = 64
 def _steps_tensor(name, value, default):
     import tensorflow as tf
 
-    steps = _validate.positive_int(
+    steps = _validate.step_count(
         name,
         value,
         default=default,
@@ -59,8 +59,8 @@ def run_steps(strategy, fn, iterator, steps=None):
     `steps` defaults to `strategy.extended.steps_per_run` (1 where the strategy
     has none). Returns the last step's per-replica outputs.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable; got {fn!r} ({type(fn).__name__}).")
+    _validate.function("fn", fn)
+    _validate.step_iterator("iterator", iterator, method="__next__")
     default = getattr(strategy.extended, "steps_per_run", None) or 1
     n = _steps_tensor("steps", steps, default)
     key = ("run_steps", _fn_key(fn))
@@ -141,6 +141,8 @@ def experimental_run_steps_on_iterator(
     whatever is fetched. `initial_loop_values` is accepted for V1
     compatibility; as in TF1, `fn` does not see it.
     """
+    _validate.function("fn", fn, hint=" Pass fn(ctx, inputs), called once a step.")
+    _validate.step_iterator("iterator", iterator, method="get_next")
     n = _iterations_tensor(iterations)
     import tensorflow as tf
 

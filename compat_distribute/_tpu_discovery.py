@@ -158,7 +158,8 @@ def _within(timeout, fn, name, what):
 
 
 def require_tpu_for(resolver):
-    """Raises `TPUUnreachableError` when `resolver` finds no TPU core.
+    """Raises `TPUUnreachableError` when `resolver` finds no TPU core, or is
+    None (TF1's default) and nothing names a TPU.
 
     TensorFlow's TPUStrategy indexes the resolver's TPU devices and fails with
     an IndexError when there are none (`TPUClusterResolver(tpu="local")` on a
@@ -167,6 +168,15 @@ def require_tpu_for(resolver):
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+    if resolver is None and not _environment_names_a_tpu():
+        # TF builds TPUClusterResolver(""), which fails with "Please provide a
+        # TPU Name to connect to." when nothing names a TPU.
+        raise TPUUnreachableError(
+            "no TPU found: TPUStrategy() without a resolver uses the TPU named by the "
+            "environment (TPU_NAME, KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS or TPU_CONFIG), and "
+            "none is set. Pass tpu_cluster_resolver=tf.distribute.cluster_resolver."
+            f"TPUClusterResolver(tpu=NAME) (tpu='local' on a TPU VM). {USE_THE_FAKE}"
+        )
     if not isinstance(resolver, tf.distribute.cluster_resolver.TPUClusterResolver):
         return
     if _tpu_devices_attached() or resolver.get_tpu_system_metadata().num_cores:

@@ -7,6 +7,10 @@ to do instead.
 
 import numbers
 
+# TF1's on-device loops counted steps in an int32 (tpu.training_loop.repeat): no
+# V1 program ran more steps a call, and past int64 TensorFlow fails deep inside.
+MAX_STEPS = 2**31 - 1
+
 
 def show(value):
     """A value as error messages show it: its repr and its type."""
@@ -25,8 +29,19 @@ def positive_int(name, value, *, default=None, hint=""):
     return int(value)
 
 
+def step_count(name, value, *, default, hint):
+    """A count of steps per call: an int from 1 to MAX_STEPS."""
+    steps = positive_int(name, value, default=default, hint=hint)
+    if steps > MAX_STEPS:
+        raise ValueError(
+            f"{name} must be at most {MAX_STEPS} (TF1 counted the steps of an "
+            f"on-device loop in an int32); got {steps}.{hint}"
+        )
+    return steps
+
+
 def steps_per_run(value):
-    return positive_int(
+    return step_count(
         "steps_per_run",
         value,
         default=1,
@@ -126,3 +141,84 @@ def strategy(value, *, hint):
             f"outside any strategy's scope); got {show(value)}. {hint}"
         )
     return value
+
+
+def function(name, value, *, hint=""):
+    """Checks that `value` (a step or input function) is callable."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable; got {show(value)}.{hint}")
+    return value
+
+
+def dataset(name, value):
+    """Checks that `value` is a `tf.data.Dataset` (what the V1 iterators took)."""
+    import tensorflow as tf
+
+    if not isinstance(value, tf.data.Dataset):
+        raise TypeError(
+            f"{name} must be a tf.data.Dataset; got {show(value)}. Build one with "
+            f"tf.data.Dataset.from_tensor_slices(...).batch(global_batch_size)."
+        )
+    return value
+
+
+def step_iterator(name, value, *, method):
+    """Checks that `value` is an iterator a step loop can draw batches from.
+
+    `method` is what the loop calls: "__next__" (TF2's `next(iterator)`) or
+    "get_next" (TF1's `iterator.get_next()`).
+    """
+    if not callable(getattr(value, method, None)):
+        import tensorflow as tf
+
+        fix = (
+            "iter(strategy.experimental_distribute_dataset(dataset))"
+            if method == "__next__"
+            else "strategy.make_dataset_iterator(dataset)"
+        )
+        told = ""
+        if isinstance(value, tf.data.Dataset):
+            told = " (a dataset, not an iterator over it)"
+        raise TypeError(
+            f"{name} must be an iterator with {method}(); got {show(value)}{told}. "
+            f"Pass {fix}."
+        )
+    return value
+
+
+def session_config(value):
+    """Checks `configure`'s `session_config`: None or a `tf.compat.v1.ConfigProto`."""
+    if value is None:
+        return None
+    import tensorflow as tf
+
+    if not isinstance(value, tf.compat.v1.ConfigProto):
+        raise TypeError(
+            f"session_config must be None or a tf.compat.v1.ConfigProto; got "
+            f"{show(value)}. Pass the ConfigProto your Session is built with; "
+            f"configure() updates it in place."
+        )
+    return value
+
+
+def reduce_op(value):
+    """Checks a `reduce_op`: a `tf.distribute.ReduceOp` or its name.
+
+    TensorFlow raises a bare ValueError ("'SUMM' is not a valid ReduceOp") for
+    a wrong name and an AssertionError with no text for anything else; the
+    types are kept, with a text that says what to pass.
+    """
+    import tensorflow as tf
+
+    if isinstance(value, tf.distribute.ReduceOp):
+        return value
+    accepted = "reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN')"
+    if isinstance(value, str):
+        try:
+            return tf.distribute.ReduceOp(value.upper())
+        except ValueError:
+            raise ValueError(f"{accepted}; got {value!r}.") from None
+    raise AssertionError(
+        f"{accepted}; got {value!r}. TensorFlow's reduce_to asserts the same (with no "
+        f"message)."
+    )

@@ -64,6 +64,11 @@ def run_cli(*args, env=None, timeout=300):
             ["smoke", "--tpu", ""],
             "argument --tpu: expected 'fake', 'auto' or the name of a TPU (no spaces); got ''",
         ),
+        (
+            ["smoke", "--tpu", "fak"],
+            "argument --tpu: expected 'fake', 'auto' or the name of a TPU; got 'fak'. Did you "
+            "mean --tpu=fake? For a TPU really named 'fak', set TPU_NAME=fak and pass --tpu=auto.",
+        ),
         (["smoke", "--frobnicate"], "unrecognized arguments: --frobnicate"),
         (
             ["smoke", "--tpu", "x", "--topology", "v3-8"],

@@ -181,6 +181,32 @@ def test_same_exception_types_as_tf1(strategy, tf1_strategy):
     assert ours[2] is ValueError
 
 
+@pytest.mark.parametrize(
+    "reduce_op, error, text",
+    [
+        # TF's texts were "'SUMM' is not a valid ReduceOp" and an empty AssertionError.
+        (
+            "SUMM",
+            ValueError,
+            "reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN'); got "
+            "'SUMM'.",
+        ),
+        (
+            None,
+            AssertionError,
+            "reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN'); got "
+            "None. TensorFlow's reduce_to asserts the same (with no message).",
+        ),
+        (3, AssertionError, "got 3. TensorFlow's reduce_to asserts the same"),
+    ],
+)
+def test_reduce_says_which_reduce_ops_it_takes(strategy, reduce_op, error, text):
+    with pytest.raises(error) as info:
+        strategy.reduce(reduce_op, tf.constant(1.0))
+    assert text in str(info.value)
+    assert strategy.reduce("mean", tf.constant(2.0)).numpy() == 2.0
+
+
 # TF_CONFIG is checked with the project's parser before anything starts.
 
 

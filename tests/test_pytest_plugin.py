@@ -543,6 +543,31 @@ def test_multi_device_past_the_limit_fails_its_test_and_creates_nothing(pytester
     assert "logical CPU devices, as the tests need" not in result.stdout.str()
 
 
+def test_a_marker_with_more_than_a_count_fails_its_test(pytester):
+    # multi_device(2, 3) used to run as multi_device(2), the 3 ignored.
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.multi_device(2, 3)
+        def test_two_counts():
+            raise AssertionError("ran")
+
+        @pytest.mark.multi_worker(devices=2)
+        def test_unknown_keyword():
+            raise AssertionError("ran")
+        """)
+    result = pytester.runpytest("-p", "no:xdist")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines_random([
+        "@pytest.mark.multi_device(n) takes one count, n; got multi_device(2, 3) in "
+        "test_a_marker_with_more_than_a_count_fails_its_test.py::test_two_counts. Write e.g. "
+        "@pytest.mark.multi_device(2).",
+        "@pytest.mark.multi_worker(n) takes one count, n; got multi_worker(devices=2) in "
+        "test_a_marker_with_more_than_a_count_fails_its_test.py::test_unknown_keyword. Write "
+        "e.g. @pytest.mark.multi_worker(2).",
+    ])
+
+
 def test_items_of_other_plugins_count_for_markers_only(pytester):
     # An item without fixtures (as a linter's or a data file's) must not break
     # the count; its multi_device marker still counts.

@@ -38,6 +38,22 @@ def test_tpu_strategy_on_this_hosts_tpu_without_one_says_use_the_fake(no_tpu_in_
     )
 
 
+def test_tpu_strategy_without_a_resolver_or_a_tpu_named_says_use_the_fake(
+    no_tpu_in_environment,
+):
+    # TF's text was "Please provide a TPU Name to connect to.", from its TPU client.
+    with pytest.raises(_tpu_discovery.TPUUnreachableError) as raised:
+        compat_distribute.TPUStrategy(steps_per_run=2)
+    assert str(raised.value) == (
+        "no TPU found: TPUStrategy() without a resolver uses the TPU named by the "
+        "environment (TPU_NAME, KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS or TPU_CONFIG), and none "
+        "is set. Pass tpu_cluster_resolver=tf.distribute.cluster_resolver."
+        "TPUClusterResolver(tpu=NAME) (tpu='local' on a TPU VM). To run TPU code without "
+        "a TPU, use the fake: wrap it in `with compat_distribute.testing.fake_tpu(): ...`, "
+        "or run `compat-distribute smoke --tpu=fake`."
+    )
+
+
 def test_no_tpu_here_and_auto_chooses_the_fake(no_tpu_in_environment):
     assert _tpu_discovery.tpu_here() is None
     backend = _tpu_backend.choose_backend("auto", topology="v4-8")

@@ -110,6 +110,12 @@ def test_real_backend_serves_v1_members_from_the_table():
             "steps_per_run must be a positive int; got 2.5 (float)",
         ),
         ({"steps_per_run": True}, TypeError, "got True (bool)"),
+        (
+            {"steps_per_run": 2**31},
+            ValueError,
+            "steps_per_run must be at most 2147483647 (TF1 counted the steps of an "
+            "on-device loop in an int32); got 2147483648. Pass None or 1",
+        ),
         ({"steps_per_run": "4"}, TypeError, "got '4' (str)"),
         ({"device_assignment": "0"}, TypeError, "device_assignment must be None or a tf.tpu."),
         ({"device_assignment": [0, 1]}, TypeError, "got [0, 1] (list)"),

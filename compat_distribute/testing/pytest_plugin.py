@@ -296,6 +296,12 @@ def _marker_count_problem(item, name):
     marker = item.get_closest_marker(name)
     if marker is None or not (marker.args or marker.kwargs):
         return None, None
+    if len(marker.args) + len(marker.kwargs) > 1 or set(marker.kwargs) - {"n"}:
+        given = [repr(a) for a in marker.args] + [f"{k}={v!r}" for k, v in marker.kwargs.items()]
+        return None, (
+            f"@pytest.mark.{name}(n) takes one count, n; got {name}({', '.join(given)}) "
+            f"in {item.nodeid}. Write e.g. @pytest.mark.{name}(2)."
+        )
     n = marker.kwargs.get("n", marker.args[0] if marker.args else None)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         return None, (

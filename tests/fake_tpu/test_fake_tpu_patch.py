@@ -228,3 +228,44 @@ def test_tpu_strategy_without_a_resolver_outside_the_fake_is_tensorflows():
     """Outside fake_tpu() no resolver means TF's own TPUClusterResolver(""), which needs a TPU."""
     with pytest.raises((ValueError, RuntimeError, tf.errors.NotFoundError)):
         compat_distribute.TPUStrategy()
+
+
+def test_a_tf1_session_built_with_the_configured_config_sees_every_core(run_python):
+    # TF1 TPU programs build their Session with the config strategy.configure()
+    # updated. A Session takes its devices from that config alone: without the
+    # fake's CPU count it had one CPU, and placing replica 1's ops failed
+    # ("Cannot assign a device ... CPU:1"), or with soft placement every replica
+    # silently ran on CPU:0.
+    result = run_python("""
+        import tensorflow as tf
+        tf.compat.v1.disable_v2_behavior()
+        import compat_distribute
+        from compat_distribute.testing import fake_tpu
+
+        compat_distribute.install()
+        with fake_tpu("v4-8"):
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
+            strategy = tf.compat.v1.distribute.experimental.TPUStrategy(resolver)
+            dataset = tf.compat.v1.data.Dataset.range(8).map(
+                lambda x: tf.cast(x, tf.float32)).batch(8)
+            with strategy.scope():
+                iterator = strategy.make_dataset_iterator(dataset)
+                sums = strategy.experimental_run(
+                    lambda x: (tf.reduce_sum(x), tf.constant(0.0)), iterator)
+            config = tf.compat.v1.ConfigProto()
+            strategy.configure(session_config=config)
+            print(config.device_count["CPU"], config.isolate_session_state)
+            with tf.compat.v1.Session(config=config) as sess:
+                sess.run(iterator.initializer)
+                devices = [d.device_type for d in sess.list_devices()]
+                values = sess.run(strategy.experimental_local_results(sums[0]))
+                print(devices.count("CPU"), [float(v) for v in values])
+                print([t.device[-5:] for t in strategy.experimental_local_results(sums[0])])
+        """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("\n")[-4:] == [
+        "4 True",
+        "4 [1.0, 5.0, 9.0, 13.0]",
+        "['CPU:0', 'CPU:1', 'CPU:2', 'CPU:3']",
+        "",
+    ]

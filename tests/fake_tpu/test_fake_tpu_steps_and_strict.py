@@ -42,6 +42,37 @@ def test_run_steps_runs_steps_per_run_steps_on_the_device(v1_steps):
         v1_steps.run_steps(step, iterator, steps=0)
 
 
+@pytest.mark.parametrize("name", ["steps", "iterations"])
+def test_a_step_count_past_int32_is_refused_before_any_step(v1_steps, name):
+    counter = make_counter(v1_steps)
+    dataset = tf.data.Dataset.range(1000).batch(8, drop_remainder=True)
+
+    def step(x):
+        counter.assign_add(1)
+        return x
+
+    if name == "steps":
+        call = lambda count: v1_steps.run_steps(
+            step, iter(v1_steps.experimental_distribute_dataset(dataset)), steps=count
+        )
+    else:
+        iterator = v1_steps.make_dataset_iterator(dataset)
+        call = lambda count: v1_steps.extended.experimental_run_steps_on_iterator(
+            lambda ctx, x: v1_steps.extended.call_for_each_replica(step, args=(x,)),
+            iterator,
+            iterations=count,
+        )
+    for count in (2**31, 2**64):  # 2**64 used to fail inside TF's constant_op
+        with pytest.raises(ValueError) as info:
+            call(count)
+        assert str(info.value) == (
+            f"{name} must be at most 2147483647 (TF1 counted the steps of an on-device "
+            f"loop in an int32); got {count}. Pass {name}=None to run steps_per_run "
+            f"steps, or a count >= 1."
+        )
+    assert counter.numpy() == 0
+
+
 def test_run_steps_on_iterator_runs_iterations_on_the_device(v1_steps):
     counter = make_counter(v1_steps)
     iterator = v1_steps.make_dataset_iterator(
@@ -216,5 +247,72 @@ def test_reduce_without_a_reduce_op_says_what_is_accepted(v3_8):
             call()
         assert str(info.value) == (
             "reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN'); got None. "
-            "TPUStrategy's reduce_to asserts the same (with no message)."
+            "TensorFlow's reduce_to asserts the same (with no message)."
         )
+
+
+def _bad_v1_calls(strategy, dataset):
+    step = tf.function(lambda x: x)
+    ctx_step = lambda ctx, x: x  # noqa: E731
+    return {
+        "run_steps(fn=None)": (
+            lambda: strategy.run_steps(None, iter(dataset)),
+            "fn must be callable; got None (NoneType).",
+        ),
+        "run_steps(dataset)": (
+            lambda: strategy.run_steps(step, dataset),
+            f"iterator must be an iterator with __next__(); got {dataset!r} "
+            f"({type(dataset).__name__}) (a dataset, not an iterator over it). "
+            f"Pass iter(strategy.experimental_distribute_dataset(dataset)).",
+        ),
+        "run_steps(list)": (
+            lambda: strategy.run_steps(step, [1, 2]),
+            "iterator must be an iterator with __next__(); got [1, 2] (list). "
+            "Pass iter(strategy.experimental_distribute_dataset(dataset)).",
+        ),
+        "experimental_run_steps_on_iterator(fn=None)": (
+            lambda: strategy.extended.experimental_run_steps_on_iterator(
+                None, strategy.make_dataset_iterator(dataset)
+            ),
+            "fn must be callable; got None (NoneType). Pass fn(ctx, inputs), called once "
+            "a step.",
+        ),
+        "experimental_run_steps_on_iterator(iterator=None)": (
+            lambda: strategy.extended.experimental_run_steps_on_iterator(ctx_step, None),
+            "iterator must be an iterator with get_next(); got None (NoneType). Pass "
+            "strategy.make_dataset_iterator(dataset).",
+        ),
+        "make_dataset_iterator(None)": (
+            lambda: strategy.make_dataset_iterator(None),
+            "dataset must be a tf.data.Dataset; got None (NoneType). Build one with "
+            "tf.data.Dataset.from_tensor_slices(...).batch(global_batch_size).",
+        ),
+        "make_dataset_iterator(list)": (
+            lambda: strategy.make_dataset_iterator([1, 2, 3]),
+            "dataset must be a tf.data.Dataset; got [1, 2, 3] (list). Build one with "
+            "tf.data.Dataset.from_tensor_slices(...).batch(global_batch_size).",
+        ),
+        "make_input_fn_iterator(None)": (
+            lambda: strategy.make_input_fn_iterator(None),
+            "input_fn must be callable; got None (NoneType). Pass input_fn(input_context) "
+            "returning a tf.data.Dataset.",
+        ),
+        "configure(str)": (
+            lambda: strategy.configure(session_config="x"),
+            "session_config must be None or a tf.compat.v1.ConfigProto; got 'x' (str). "
+            "Pass the ConfigProto your Session is built with; configure() updates it in "
+            "place.",
+        ),
+    }
+
+
+@pytest.mark.parametrize("call", list(_bad_v1_calls(None, None)))
+def test_v1_members_refuse_bad_arguments_naming_them(v1_steps, call):
+    # These failed inside TensorFlow (AttributeError, "'NoneType' object is not
+    # an iterator" from AutoGraph) or, for a dataset in place of an iterator,
+    # inside the traced loop.
+    dataset = tf.data.Dataset.range(64).batch(8)
+    fn, text = _bad_v1_calls(v1_steps, dataset)[call]
+    with pytest.raises(TypeError) as info:
+        fn()
+    assert str(info.value) == text

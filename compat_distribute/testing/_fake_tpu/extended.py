@@ -8,26 +8,14 @@ import numpy as np
 import tensorflow as tf
 
 from compat_distribute import _members
+from compat_distribute import _validate
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import variables
-
-_REDUCE_OPS = (tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN)
 
 
 def check_reduce_op(reduce_op):
     """TF's reduce_to asserts SUM or MEAN with no text; the fake says it, as an AssertionError."""
-    if isinstance(reduce_op, str):
-        try:
-            reduce_op = tf.distribute.ReduceOp(reduce_op.upper())
-        except ValueError:
-            pass  # TF's own ValueError follows.
-        else:
-            return
-    if reduce_op not in _REDUCE_OPS:
-        raise AssertionError(
-            f"reduce_op must be tf.distribute.ReduceOp.SUM or MEAN (or 'SUM' / 'MEAN'); got "
-            f"{reduce_op!r}. TPUStrategy's reduce_to asserts the same (with no message)."
-        )
+    _validate.reduce_op(reduce_op)
 
 
 def _refuse_per_replica_input(options, message):
@@ -91,8 +79,21 @@ class FakeTPUExtended(_tf.MirroredExtended):
     num_replicas_per_host = _tf.TPUExtended.num_replicas_per_host
     experimental_logical_device = _tf.TPUExtended.experimental_logical_device
     _check_spec = _tf.TPUExtended._check_spec  # pylint: disable=protected-access
-    _update_config_proto = _tf.TPUExtended._update_config_proto  # pylint: disable=protected-access
     _configure = _tf.TPUExtended._configure  # pylint: disable=protected-access
+
+    def _update_config_proto(self, config_proto):
+        """TPUExtended's, and the session sees the fake's cores.
+
+        A TF1 `Session(config=...)` takes its devices from that config alone,
+        not from the runtime's virtual devices: with no CPU count it has one
+        CPU, and the replicas' ops on CPU:1.. fail to place (or, with soft
+        placement, all run on CPU:0).
+        """
+        tpu_update = _tf.TPUExtended._update_config_proto  # pylint: disable=protected-access
+        updated = tpu_update(self, config_proto)
+        cpus = len(tf.config.list_logical_devices("CPU"))
+        updated.device_count["CPU"] = max(updated.device_count.get("CPU", 0), cpus)
+        return updated
 
     @property
     def worker_devices(self):
