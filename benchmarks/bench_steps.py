@@ -78,13 +78,16 @@ def main(quick=False):
                 lambda: loop(hand_it, n),  # pylint: disable=cell-var-from-loop
                 **timing,
             )
-    for name, result in rows.items():
-        print(f"{name}: {result['ratio']:.3f} "
-              f"({result['candidate_s'] * 1e3:.2f} ms vs {result['baseline_s'] * 1e3:.2f} ms)")
+    table = [
+        _common.table_row(name, result, "<= 1.03" if "guide" in name else "")
+        for name, result in rows.items()
+    ]
+    _common.report("steps", rows, table)
     return rows
 
 
 if __name__ == "__main__":
     main(quick="--quick" in sys.argv)
-    sys.stdout.flush()
-    os._exit(0)  # TF 2.21 can block at exit destroying tf.data iterators
+    from compat_distribute import _exit  # pylint: disable=wrong-import-position
+
+    _exit.end_process(0)  # TF 2.21 can block at exit destroying tf.data iterators
