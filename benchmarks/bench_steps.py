@@ -18,6 +18,9 @@ import _common  # pylint: disable=wrong-import-position
 
 DEVICES = 8
 WIDTH = 64
+# Iterators live until the process ends: TF 2.21 can block for up to a minute
+# destroying one (see compat_distribute/_exit.py).
+_KEEP = []
 
 
 def main(quick=False):
@@ -50,6 +53,7 @@ def main(quick=False):
     for steps in (1, 20) if quick else (1, 20, 100):
         fn, it, counter = make()
         hand_fn, hand_it, _ = make()
+        _KEEP.append((it, hand_it))
         n = tf.constant(steps, tf.int64)
 
         @tf.function
