@@ -409,7 +409,7 @@ with tf.Graph().as_default():
     results = m.run_all_checks({shim!r}, m.Graph())
 print("RESULTS " + json.dumps(results))
 sys.stdout.flush()
-import os; os._exit(0)
+from compat_distribute import _exit; _exit.end_process(0)  # atexit clean-up, then no TF teardown
 """
 
 _GRAPH_RESULTS = {}

@@ -30,9 +30,8 @@ with fake_tpu("v4-8"), compat_distribute.installed():
     except SystemExit as exit:
         if exit.code not in (None, 0):
             raise
-sys.stdout.flush()
-import os
-os._exit(0)  # TF 2.21 can block at exit destroying tf.data iterators
+from compat_distribute import _exit
+_exit.end_process(0)  # atexit clean-up (AutoGraph's temp files), then no TF teardown
 """
 
 
