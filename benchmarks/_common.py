@@ -28,6 +28,22 @@ def machine():
     }
 
 
+def matmul_step(strategy, dataset, width):
+    """The benchmarks' step (matmul, all-reduce, counter) on `strategy`, an iterator, the counter."""
+    import tensorflow as tf
+
+    with strategy.scope():
+        w = tf.Variable(tf.eye(width) * 0.5)
+        counter = tf.Variable(0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    def step(x):
+        counter.assign_add(1)
+        y = tf.matmul(x, w)
+        return tf.distribute.get_replica_context().all_reduce("SUM", tf.reduce_sum(y))
+
+    return step, iter(strategy.experimental_distribute_dataset(dataset)), counter
+
+
 def compare(candidate, baseline, *, repeats=15, number=20, warmup=3):
     """Times two callables side by side, alternating, and returns medians and the ratio.
 

@@ -36,20 +36,7 @@ def main():
     dataset = tf.data.Dataset.from_tensors(tf.ones([DEVICES, WIDTH])).repeat()
 
     def make(strategy):
-        """A step (matmul, all-reduce, counter) and an iterator on `strategy`."""
-        with strategy.scope():
-            w = tf.Variable(tf.eye(WIDTH) * 0.5)
-            counter = tf.Variable(
-                0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
-            )
-
-        def step(x):
-            counter.assign_add(1)
-            y = tf.matmul(x, w)
-            return tf.distribute.get_replica_context().all_reduce("SUM", tf.reduce_sum(y))
-
-        iterator = iter(strategy.experimental_distribute_dataset(dataset))
-        return step, iterator, counter
+        return _common.matmul_step(strategy, dataset, WIDTH)
 
     # run_steps(steps=N): one tf.function loop built by compat_distribute.
     steps_fn, steps_it, steps_counter = make(fake)

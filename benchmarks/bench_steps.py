@@ -36,18 +36,7 @@ def main(quick=False):
     dataset = tf.data.Dataset.from_tensors(tf.ones([DEVICES, WIDTH])).repeat()
 
     def make():
-        with strategy.scope():
-            w = tf.Variable(tf.eye(WIDTH) * 0.5)
-            counter = tf.Variable(
-                0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
-            )
-
-        def step(x):
-            counter.assign_add(1)
-            y = tf.matmul(x, w)
-            return tf.distribute.get_replica_context().all_reduce("SUM", tf.reduce_sum(y))
-
-        return step, iter(strategy.experimental_distribute_dataset(dataset)), counter
+        return _common.matmul_step(strategy, dataset, WIDTH)
 
     rows = {}
     for steps in (1, 20) if quick else (1, 20, 100):
