@@ -177,7 +177,7 @@ class Settings:
 
     @property
     def fake_tpu_topology(self):
-        """The fake TPU's topology name (reading the fake's default imports TensorFlow)."""
+        """The fake TPU's topology name (the fake's default is read on first use: it imports numpy)."""
         if self.given_topology is not None:
             return self.given_topology
         from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
@@ -250,7 +250,7 @@ def check_devices_hold_fake(settings, fake_cores):
     """
     if settings.tf_devices is None or settings.tf_devices >= fake_cores:
         return
-    from compat_distribute.testing._fake_tpu import TOPOLOGIES  # imports TensorFlow
+    from compat_distribute.testing._fake_tpu import TOPOLOGIES  # numpy, not TensorFlow
 
     fitting = [name for name, mesh in TOPOLOGIES.items() if math.prod(mesh) <= settings.tf_devices]
     instead = (
