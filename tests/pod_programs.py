@@ -14,7 +14,9 @@ import tempfile
 import time
 
 GLOBAL_BATCH = 64
-TRAIN_STEPS = 30
+# Training runs as TPU programs do: several steps a call, in a tf.range loop.
+TRAIN_CALLS = 30
+STEPS_PER_CALL = 10
 LEARNING_RATE = 0.5
 
 
@@ -52,8 +54,10 @@ def _dataset_fn(contexts):
     return dataset_fn
 
 
-def _train(strategy, steps):
-    """An unmodified TPU training loop: per-host input, Keras SGD; the losses and model."""
+def _train(strategy, calls):
+    """An unmodified TPU training loop: per-host input, Keras SGD, STEPS_PER_CALL steps
+    a call; the per-host input contexts, each call's last loss, a checkpoint of the
+    model and optimizer, the input iterator."""
     import tensorflow as tf
 
     contexts = []
@@ -64,7 +68,7 @@ def _train(strategy, steps):
         optimizer = tf.keras.optimizers.SGD(LEARNING_RATE)
 
     @tf.function
-    def train_step(iterator):
+    def train_steps(iterator, steps):
         def replica_step(x, y):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(tf.square(x @ w + b - y)) / GLOBAL_BATCH
@@ -72,12 +76,15 @@ def _train(strategy, steps):
             optimizer.apply_gradients(zip(gradients, [w, b]))
             return loss
 
-        per_replica = strategy.run(replica_step, args=next(iterator))
-        return strategy.reduce("SUM", per_replica, axis=None)
+        loss = tf.constant(0.0)
+        for _ in tf.range(steps):
+            per_replica = strategy.run(replica_step, args=next(iterator))
+            loss = strategy.reduce("SUM", per_replica, axis=None)
+        return loss
 
     iterator = iter(dataset)
-    losses = [float(train_step(iterator)) for _ in range(steps)]
-    return contexts, losses, tf.train.Checkpoint(w=w, b=b, optimizer=optimizer)
+    losses = [float(train_steps(iterator, tf.constant(STEPS_PER_CALL))) for _ in range(calls)]
+    return contexts, losses, tf.train.Checkpoint(w=w, b=b, optimizer=optimizer), iterator
 
 
 def _descendants():
@@ -150,8 +157,9 @@ def pod(checkpoint_dir):
         _replica_ids_summed(assigned)[0],
     ]
 
-    # An unmodified training program: per-host input, a falling loss, a checkpoint.
-    contexts, losses, checkpoint = _train(strategy, TRAIN_STEPS)
+    # An unmodified training program: 300 steps of per-host input, a falling loss, a
+    # checkpoint.
+    contexts, losses, checkpoint, _ = _train(strategy, TRAIN_CALLS)
     out["input_contexts"] = contexts
     out["losses"] = losses
     out["model"] = [float(checkpoint.w.numpy()[0, 0]), float(checkpoint.b.numpy()[0])]
@@ -245,7 +253,7 @@ def one_host(checkpoint):
         strategy.distribute_datasets_from_function(_dataset_fn(contexts))
         out["input_contexts"] = contexts
         # The pod's checkpoint, restored into this one-host strategy.
-        _, _, restored = _train(strategy, 0)
+        _, _, restored, _ = _train(strategy, 0)
         restored.restore(checkpoint).assert_existing_objects_matched()
         out["restored"] = [
             [float(v.numpy()[0, 0]) for v in strategy.experimental_local_results(restored.w)],
