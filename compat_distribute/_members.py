@@ -143,6 +143,7 @@ def _make_input_fn_iterator(self, input_fn, replication_mode=None):
 
 
 def _experimental_make_numpy_dataset(self, numpy_input, session=None):
+    _validate.numpy_input(numpy_input)
     return self.extended.experimental_make_numpy_dataset(numpy_input, session=session)
 
 

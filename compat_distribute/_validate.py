@@ -162,6 +162,35 @@ def dataset(name, value):
     return value
 
 
+def numpy_input(value):
+    """Checks `numpy_input` of `experimental_make_numpy_dataset`: NumPy arrays (a nest of
+    them, as TF1 took) that share their first dimension, the examples."""
+    import numpy as np
+    import tensorflow as tf
+
+    leaves = tf.nest.flatten(value)  # In tf.nest's order: dicts by sorted key.
+    accepted = (
+        "numpy_input must be a NumPy array or a nest (tuple, list, dict) of NumPy arrays "
+        "of one first dimension (the examples)"
+    )
+    if not leaves:
+        raise ValueError(f"{accepted}; got {show(value)}, which holds no array.")
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, np.ndarray) or leaf.ndim == 0:
+            where = f" (item {i} of tf.nest.flatten(numpy_input))" if len(leaves) > 1 else ""
+            raise TypeError(
+                f"{accepted}; got {show(leaf)}{where}. Pass np.asarray(...) of at least one "
+                f"dimension, or build the dataset with tf.data.Dataset.from_tensor_slices(...)."
+            )
+    lengths = [leaf.shape[0] for leaf in leaves]
+    if len(set(lengths)) > 1:
+        raise ValueError(
+            f"{accepted}; the arrays of tf.nest.flatten(numpy_input) have {lengths} examples. "
+            f"Give every array the same first dimension."
+        )
+    return value
+
+
 def step_iterator(name, value, *, method):
     """Checks that `value` is an iterator a step loop can draw batches from.
 

@@ -209,6 +209,24 @@ def check_experimental_make_numpy_dataset(strategy, r):
         iterator = tf.compat.v1.data.make_initializable_iterator(dataset.batch(6))
         r.session.run(iterator.initializer)
         assert r.value(iterator.get_next()) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    accepted = (
+        "numpy_input must be a NumPy array or a nest (tuple, list, dict) of NumPy arrays "
+        "of one first dimension (the examples); "
+    )
+    with pytest.raises(TypeError) as refused:
+        strategy.experimental_make_numpy_dataset(None, session=r.session)
+    assert str(refused.value) == (
+        accepted + "got None (NoneType). Pass np.asarray(...) of at least one dimension, "
+        "or build the dataset with tf.data.Dataset.from_tensor_slices(...)."
+    )
+    with pytest.raises(ValueError) as refused:
+        strategy.experimental_make_numpy_dataset(
+            {"x": np.zeros(2), "y": np.zeros(3)}, session=r.session
+        )
+    assert str(refused.value) == (
+        accepted + "the arrays of tf.nest.flatten(numpy_input) have [2, 3] examples. "
+        "Give every array the same first dimension."
+    )
 
 
 @check("configure")
