@@ -39,6 +39,8 @@ INTERNALS = {
     "source_mapper_stacks": "tensorflow.python.util.tf_stack:_source_mapper_stacks",
     # Legacy programs: per-replica values of a TF1 graph loop, regrouped.
     "regroup": f"{_DISTRIBUTE}.distribute_utils:regroup",
+    # Keras: the all-reduce whose instance key is a call-time capture.
+    "CollectiveAllReduce": f"{_DISTRIBUTE}.cross_device_ops:CollectiveAllReduce",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -53,6 +55,8 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.distribute_lib:StrategyExtendedV2", "_container_strategy"),
     # Legacy programs: TF's own TF1 graph loop on a real TPU.
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_experimental_run_steps_on_iterator"),
+    # Keras: which cross-device op all-reduces a strategy's float values.
+    (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_get_cross_device_ops"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)
@@ -102,3 +106,14 @@ def tf1_run_steps_on_iterator(extended, fn, iterator, iterations, initial_loop_v
     return extended._experimental_run_steps_on_iterator(
         fn, iterator, iterations, initial_loop_values
     )
+
+
+def all_reduces_with_collectives(extended):
+    """Whether MirroredExtended `extended` all-reduces float32 values with collective ops."""
+    import types
+
+    import tensorflow as tf
+
+    # A stand-in value: asking with a tensor would add an op to a TF1 graph.
+    ops = extended._get_cross_device_ops(types.SimpleNamespace(dtype=tf.float32))
+    return isinstance(ops, __getattr__("CollectiveAllReduce"))

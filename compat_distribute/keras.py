@@ -80,10 +80,12 @@ def _hits_keras_multi_step_bug(strategy):
 
     # CollectiveAllReduceExtended (multi-worker) and the fake TPU's extended
     # are MirroredExtended too. With 2+ replicas their all-reduce is a
-    # collective whose instance key is a call-time capture.
+    # collective whose instance key is a call-time capture, except where it
+    # goes through one device (a fake TPU pod, cross_device_ops given).
     return (
         isinstance(strategy.extended, _tf.MirroredExtended)
         and strategy.num_replicas_in_sync > 1
+        and _tf.all_reduces_with_collectives(strategy.extended)
     )
 
 

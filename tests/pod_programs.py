@@ -268,6 +268,61 @@ def one_host(checkpoint):
     return out
 
 
+def _keras_fit(strategy=None):
+    """Keras 3 `fit` of a small seeded model, 4 steps a call (the V1 shim's steps_per_run,
+    through `keras_compile_kwargs`); the epoch losses and the weights."""
+    import contextlib
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from compat_distribute import keras as cd_keras
+
+    rng = np.random.RandomState(0)
+    x = rng.randn(256, 4).astype("float32")
+    y = x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32") + 1.0
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = keras.Sequential(
+            [
+                keras.Input((4,)),
+                keras.layers.Dense(
+                    8, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
+                ),
+                keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2)),
+            ]
+        )
+        steps = (
+            cd_keras.keras_compile_kwargs(strategy, model, on_unsupported="raise")
+            if strategy
+            else {"steps_per_execution": 4}
+        )
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", **steps)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(64, drop_remainder=True)
+    history = model.fit(batches, epochs=5, verbose=0)
+    return steps, history.history["loss"], [w.tolist() for w in model.get_weights()]
+
+
+def keras_pod():
+    """Keras 3 `fit` under the V1 shim on a v4-16 pod (2 hosts, 8 replicas), and on one
+    device."""
+    import tensorflow as tf
+
+    import compat_distribute
+    from compat_distribute.testing import fake_tpu
+
+    with fake_tpu("v4-16"):
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        strategy = compat_distribute.TPUStrategy(resolver, steps_per_run=4)
+        return {
+            "replicas": [strategy.num_replicas_in_sync, strategy.extended.num_hosts],
+            "pod": _keras_fit(strategy),
+            "one_device": _keras_fit(),
+        }
+
+
 def hold_pod():
     """Starts a v4-16 (2 hosts), says its hosts and directory, then waits to be killed."""
     from compat_distribute.testing import fake_tpu
@@ -277,7 +332,7 @@ def hold_pod():
     time.sleep(600)
 
 
-PROGRAMS = {"pod": pod, "one_host": one_host, "hold_pod": hold_pod}
+PROGRAMS = {"pod": pod, "one_host": one_host, "keras_pod": keras_pod, "hold_pod": hold_pod}
 
 if __name__ == "__main__":
     name, *args = sys.argv[1:]

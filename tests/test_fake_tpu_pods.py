@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from compat_distribute.testing import PRESETS
@@ -250,6 +251,21 @@ def test_pod_training_converges_and_its_checkpoint_restores_on_one_host(pod_run,
     restored_w, restored_b, iterations = one_host_run["restored"]
     assert restored_w == [w] * 32 and restored_b == [b] * 32
     assert iterations == 300
+
+
+@pytest.mark.multi_worker
+def test_keras_fit_on_a_pod_gives_the_weights_of_one_device():
+    # The V1 shim with steps_per_run=4: a pod all-reduces through one device, not
+    # with the collectives that keras-team/keras#19246 trips on, so Keras 3 gets
+    # 4 steps a call without multi_step_fix().
+    run = _client("keras_pod")
+    assert run["replicas"] == [8, 2]  # a v4-16: 8 cores on 2 hosts
+    (steps, pod_losses, pod_weights), (_, losses, weights) = run["pod"], run["one_device"]
+    assert steps == {"steps_per_execution": 4}
+    assert len(pod_losses) == 5 and pod_losses[-1] < pod_losses[0] / 10
+    np.testing.assert_allclose(pod_losses, losses, rtol=1e-4)
+    for got, want in zip(pod_weights, weights):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.multi_worker
