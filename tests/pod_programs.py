@@ -157,6 +157,16 @@ def pod(checkpoint_dir):
         _replica_ids_summed(assigned)[0],
     ]
 
+    # One dataset for the whole pod: TensorFlow shards it across the hosts' pipelines.
+    @tf.function
+    def identity_step(batch):
+        return strategy.run(tf.identity, args=(batch,))
+
+    out["distributed_batches"] = [
+        sorted(int(v) for r in strategy.experimental_local_results(identity_step(b)) for v in r)
+        for b in strategy.experimental_distribute_dataset(tf.data.Dataset.range(96).batch(32))
+    ]
+
     # An unmodified training program: 300 steps of per-host input, a falling loss, a
     # checkpoint.
     contexts, losses, checkpoint, _ = _train(strategy, TRAIN_CALLS)

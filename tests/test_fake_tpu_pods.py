@@ -229,6 +229,12 @@ def test_each_host_runs_its_own_input_pipeline(pod_run):
 
 
 @pytest.mark.multi_worker
+def test_a_distributed_dataset_gives_each_global_batch_once_across_the_hosts(pod_run):
+    # Batches of 32 over 32 replicas on 4 hosts: every element once, batch by batch.
+    assert pod_run["distributed_batches"] == [list(range(i, i + 32)) for i in (0, 32, 64)]
+
+
+@pytest.mark.multi_worker
 def test_eager_run_is_refused_as_on_a_tpu(pod_run):
     kind, message = pod_run["eager_run"]
     assert kind == "NotImplementedError"
