@@ -225,9 +225,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
 def _check_cores_named_once(device_assignment):
     """TensorFlow's checks of an assignment's coordinates, with its errors.
 
-    A coordinate past the mesh is numpy's IndexError, raised where TPUExtended
-    looks its device up (`Topology.tpu_device_name_at_coordinates`). A negative
-    one or a core named twice are refused by the TPU's compiler with
+    (A coordinate past the mesh is refused by `DeviceAssignment` itself, with
+    numpy's IndexError.) A negative one, which numpy's lookups wrap round, or a
+    core named twice are refused by the TPU's compiler with
     InvalidArgumentError (tpu_rewrite_device_util.cc,
     GetGeneralTPUExecutionDeviceAssignment), at the first step; the fake
     refuses them when the strategy is built, as it runs a replica only on its
@@ -239,7 +239,6 @@ def _check_cores_named_once(device_assignment):
     for replica in range(device_assignment.num_replicas):
         for logical_core in range(device_assignment.num_cores_per_replica):
             coordinates = tuple(int(v) for v in device_assignment.coordinates(replica, logical_core))
-            topology.task_ordinal_at_coordinates(coordinates)  # IndexError past the mesh
             if any(c < 0 for c in coordinates):
                 raise tf.errors.InvalidArgumentError(
                     None,
