@@ -59,14 +59,7 @@ class FakeTPU:
         run TPU code against the same slice: a pod is started once, not per
         fake, and stays the resolver's to stop.
         """
-        preset = resolver.topology_name in topologies.PRESETS
-        fake = cls(
-            resolver.topology_name if preset else None,
-            mesh_shape=None if preset else resolver.mesh_shape,
-            strict=resolver.strict,
-            device_type=resolver.device_type,
-            hosts=resolver.num_hosts,
-        )
+        fake = cls(**resolver.arguments())
         if resolver.pod is not None:
             fake._pod = resolver.pod
             fake._owns_pod = False

@@ -118,6 +118,26 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         """The logical devices that stand in for TPU cores 0..cores-1."""
         return self._core_devices
 
+    def arguments(self):
+        """The constructor's arguments that make a resolver of this slice."""
+        preset = self._topology_name in topologies.PRESETS
+        return dict(
+            topology=self._topology_name if preset else None,
+            mesh_shape=None if preset else self._mesh_shape,
+            strict=self._strict,
+            device_type=self._device_type,
+            hosts=self._num_hosts,
+        )
+
+    def replace(self, *, strict):
+        """A new resolver of this slice, sharing its hosts, with `strict` changed."""
+        resolver = FakeTPUClusterResolver(
+            **dict(self.arguments(), strict=strict), job_name=self.task_type
+        )
+        if self.pod is not None:
+            resolver.pod = self.pod
+        return resolver
+
     # tf.distribute.cluster_resolver.TPUClusterResolver's API.
 
     def master(self, task_type=None, task_id=None, rpc_layer=None):
