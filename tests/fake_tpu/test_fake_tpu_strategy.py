@@ -171,6 +171,22 @@ def test_experimental_logical_device_places_variables_on_that_core(model_paralle
         assert model_parallel.extended.worker_devices == core1
         v = tf.Variable(2.0)
     assert tuple(x.device for x in v.values) == core1
+
+    # A replica reads it from its core 1, as a TPU reads a replica's first core
+    # holding a copy; packed (TPUStrategyV2's default) and not.
+    @tf.function
+    def step():
+        return model_parallel.run(lambda: v * 3.0)
+
+    assert values(step(), model_parallel) == [6.0] * 4
+    model_parallel._enable_packed_variable_in_eager_mode = False  # pylint: disable=protected-access
+    try:
+        with model_parallel.scope(), model_parallel.extended.experimental_logical_device(1):
+            unpacked = tf.Variable(2.0)
+    finally:
+        model_parallel._enable_packed_variable_in_eager_mode = True  # pylint: disable=protected-access
+    step_unpacked = tf.function(lambda: model_parallel.run(lambda: unpacked * 3.0))
+    assert values(step_unpacked(), model_parallel) == [6.0] * 4
     with pytest.raises(ValueError) as info:
         with model_parallel.extended.experimental_logical_device(2):
             pass

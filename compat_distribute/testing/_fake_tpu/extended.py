@@ -123,9 +123,9 @@ class FakeTPUExtended(_tf.MirroredExtended):
     def worker_devices(self):
         return tuple(self._tpu_devices[:, self._logical_device_stack[-1]])
 
-    def _fake_tpu_worker_devices(self):
-        """The replicas' devices, for variables read by a strategy other than their own."""
-        return self.worker_devices
+    def _fake_tpu_replica_cores(self, replica_id):
+        """A replica's logical cores' devices, core 0 first, for its variable reads."""
+        return tuple(self._tpu_devices[replica_id])
 
     @property
     def parameter_devices(self):
