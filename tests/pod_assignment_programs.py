@@ -84,18 +84,19 @@ def _fed(strategy):
     }
 
 
-def _model_parallel(strategy, cores):
-    """A step using the logical-device annotations, and a variable on the last logical core."""
+def _model_parallel(strategy, cores, core):
+    """A step using the logical-device annotations, updating and reading a
+    variable made on logical core `core`."""
     import tensorflow as tf
 
-    with strategy.scope(), strategy.extended.experimental_logical_device(cores - 1):
+    with strategy.scope(), strategy.extended.experimental_logical_device(core):
         scale = tf.Variable(2.0, aggregation=tf.VariableAggregation.MEAN)
 
     @tf.function
     def step(x):
         def replica(x):
             x = strategy.experimental_split_to_logical_devices(x, [1, cores])
-            x = strategy.experimental_assign_to_logical_device(x, cores - 1)
+            x = strategy.experimental_assign_to_logical_device(x, core)
             x = strategy.experimental_replicate_to_logical_devices(x)
             scale.assign_add(1.0)
             return x * scale
@@ -140,7 +141,7 @@ def pod_assignments():
         slices = build(topology, computation_shape=[2, 2, 1, 1], num_replicas=8)
         strategy = strategy_of(slices)
         out["slices"] = {**_layout(strategy, slices), **_fed(strategy)}
-        out["slices"]["model_parallel"] = _model_parallel(strategy, 4)
+        out["slices"]["model_parallel"] = _model_parallel(strategy, 4, 3)
 
         # A hand-made 2x2 slice across hosts 0 and 1: chips x=1..2, y=0..1.
         across = tf.tpu.experimental.DeviceAssignment(
@@ -148,13 +149,13 @@ def pod_assignments():
         )
         strategy = strategy_of(across)
         out["across"] = {**_layout(strategy, across), **_fed(strategy)}
-        out["across"]["model_parallel"] = _model_parallel(strategy, 4)
+        out["across"]["model_parallel"] = _model_parallel(strategy, 4, 3)
 
         # Replicas of 16 cores, each spanning two hosts; one of all 32 cores.
         halves = build(topology, computation_shape=[4, 2, 1, 2], num_replicas=2)
         strategy = strategy_of(halves)
         out["halves"] = {**_layout(strategy, halves), **_fed(strategy)}
-        out["halves"]["model_parallel"] = _model_parallel(strategy, 16)
+        out["halves"]["model_parallel"] = _model_parallel(strategy, 16, 4)
         whole = build(topology, computation_shape=[4, 4, 1, 2], num_replicas=1)
         strategy = strategy_of(whole)
         out["whole"] = {**_layout(strategy, whole), **_fed(strategy)}
@@ -169,19 +170,22 @@ def pod_assignments():
         out["pairs"] = {**_layout(strategy, pairs), **_fed(strategy)}
 
         # What a pod refuses.
-        out["too_big"] = _error(lambda: build(topology, computation_shape=[4, 4, 1, 2], num_replicas=2))
-        out["twice"] = _error(
-            lambda: strategy_of(
-                tf.tpu.experimental.DeviceAssignment(
-                    topology, [[coordinates[1][0], coordinates[2][0]], [coordinates[2][0], coordinates[3][0]]]
-                )
-            )
+        out["too_big"] = _error(
+            lambda: build(topology, computation_shape=[4, 4, 1, 2], num_replicas=2)
         )
-        out["split_16"] = _error(
-            lambda: tf.function(lambda: strategy_of(slices).experimental_split_to_logical_devices(
-                tf.ones([2, 16]), [1, 16]
-            ))()
+        # Replica 1's logical core 0 is replica 0's logical core 1 (host 2's first core).
+        twice = tf.tpu.experimental.DeviceAssignment(
+            topology,
+            [[coordinates[1][0], coordinates[2][0]], [coordinates[2][0], coordinates[3][0]]],
         )
+        out["twice"] = _error(lambda: strategy_of(twice))
+        four_cores = strategy_of(slices)
+
+        @tf.function
+        def split_16_ways():
+            return four_cores.experimental_split_to_logical_devices(tf.ones([2, 16]), [1, 16])
+
+        out["split_16"] = _error(split_16_ways)
     return out
 
 

@@ -320,6 +320,29 @@ def test_variables_are_packed_by_default_as_on_tpu_strategy_v2(v3_8):
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+def test_a_step_reads_a_variable_after_its_update(v3_8, packed):
+    # The update (a merge call) and the reads after it go through one handle, so
+    # every replica sees the new value, step after step, as on a TPU.
+    v3_8._enable_packed_variable_in_eager_mode = packed  # pylint: disable=protected-access
+    try:
+        with v3_8.scope():
+            v = tf.Variable(0.0, aggregation=tf.VariableAggregation.MEAN)
+    finally:
+        v3_8._enable_packed_variable_in_eager_mode = True  # pylint: disable=protected-access
+
+    @tf.function
+    def step():
+        def replica():
+            v.assign_add(1.0)
+            return v * 1.0
+
+        return v3_8.run(replica)
+
+    assert [values(step(), v3_8) for _ in range(5)] == [[float(k)] * 8 for k in range(1, 6)]
+    assert values(v, v3_8) == [5.0] * 8
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
 def test_reduce_of_a_variable_sums_its_copies_as_a_tpu(v3_8, packed):
     v3_8._enable_packed_variable_in_eager_mode = packed  # pylint: disable=protected-access
     try:
