@@ -46,9 +46,6 @@ INTERNALS = {
     "is_device_list_single_worker": f"{_DISTRIBUTE}.mirrored_strategy:_is_device_list_single_worker",
     # Fake TPU device assignments
     "host_for_device": f"{_DISTRIBUTE}.device_util:get_host_for_device",
-    "UpdateContext": f"{_DISTRIBUTE}.distribute_lib:UpdateContext",
-    "select_replica": f"{_DISTRIBUTE}.distribute_utils:select_replica",
-    "update_regroup": f"{_DISTRIBUTE}.distribute_utils:update_regroup",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on

@@ -173,23 +173,6 @@ class FakeTPUExtended(_tf.MirroredExtended):
         self._replica_functions[fn] = wrapped
         return wrapped
 
-    def _update(self, var, fn, args, kwargs, group):
-        """TPUExtended's update of a packed variable: `fn` on the packed variable
-        under each core's device, so the update writes through the packed handle
-        that a step's reads use and they stay ordered after it (MirroredExtended
-        updates the copies' own handles, which a read of the packed one may pass).
-        """
-        packed = getattr(var, "_packed_var", None)
-        if packed is None or not var._use_packed_variable():  # pylint: disable=protected-access
-            return super()._update(var, fn, args, kwargs, group)
-        updates = []
-        for i, device in enumerate(packed.devices):
-            with tf.device(device), _tf.UpdateContext(i), tf.name_scope(f"update_{i}"):
-                updates.append(
-                    fn(packed, *_tf.select_replica(i, args), **_tf.select_replica(i, kwargs))
-                )
-        return _tf.update_regroup(self, updates, group)
-
     # Reductions. On a TPU every tensor in a step is a cross_replica_sum operand,
     # and a cross-replica reduce of a variable sums its copies.
 

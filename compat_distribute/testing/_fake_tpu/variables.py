@@ -5,8 +5,10 @@ that they are read under their own strategy, and, packed (as TPUStrategyV2
 packs them by default), hand operators a `PackedVarAndDevice` and the gradient
 tape a packed handle it refuses. A TPU variable picks the copy on the replica's
 DEVICE (a strategy on cores (1, 0) reads a variable of the all-core strategy
-core by core), reads under any TPU strategy of the slice, gives operators a
-read tensor, and inside a step reads through one graph handle.
+core by core, a replica's first logical core holding a copy), reads under any
+TPU strategy of the slice, and gives operators a read tensor. Inside a
+function the copies' own handles serve, packed or not, so reads and writes
+stay ordered.
 `adopt` gives a variable the fake's strategy created these rules.
 """
 
@@ -14,7 +16,6 @@ read tensor, and inside a step reads through one graph handle.
 import tensorflow as tf
 
 from compat_distribute.testing import _tf
-from compat_distribute.testing.xla_check import check as xla_check
 
 # pylint: disable=protected-access
 
@@ -62,9 +63,12 @@ class _FakeTPUVariableMixin:
         return None
 
     def _use_packed_variable(self):
-        # XLA on the CPU cannot compile a captured packed handle: while the XLA
-        # check traces a step, variables use their copies' handles.
-        return super()._use_packed_variable() and not xla_check.tracing()
+        # Packed in eager mode only, as TPUStrategyV2 names it: inside a
+        # function every read and write goes through the copies' own handles.
+        # A packed handle is another graph input than a copy's, so a read of
+        # one would not wait for a write of the other (MirroredStrategy's
+        # updates write the copies); XLA on the CPU cannot compile it either.
+        return super()._use_packed_variable() and not tf.inside_function()
 
     def _get_replica(self, replica_id):
         cores = _replica_cores()
@@ -84,13 +88,7 @@ class _FakeTPUVariableMixin:
         copy = self._values[self._index_on((device,))]
         if not self._use_packed_variable():
             return copy.handle
-        handle = self._packed_var.handle
-        if tf.inside_function():
-            # The step's one handle, as a TPU's replicated handle: a graph input
-            # (the gradient tape refuses the packed eager tensor itself), and the
-            # same one the variable's updates use, so reads and writes stay ordered.
-            return tf.compat.v1.get_default_graph().capture(handle)
-        return handle
+        return self._packed_var.handle
 
     def _read_on_replica(self, device):
         if self.trainable:
