@@ -257,7 +257,7 @@ def conformance_on_a_pod_fixture(tmp_path_factory):
     report = tmp_path_factory.mktemp("conformance") / "report.xml"
     result = subprocess.run(
         [
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
             "--fake-tpu-topology", "v3-32", f"--junitxml={report}",
             os.path.join(TESTS_DIR, "conformance"),
         ],
