@@ -181,4 +181,13 @@ class FakePod:
         """
         self.ensure_connected()
         with _tf.devices_of_several_hosts_allowed():
-            _tf.MirroredExtended.__init__(extended, container_strategy, devices=list(devices))
+            _tf.MirroredExtended.__init__(
+                extended,
+                container_strategy,
+                devices=list(devices),
+                # What MirroredStrategy itself requires of devices on several
+                # hosts (its in-graph multi-worker check). Its default, a RING
+                # collective over every core, passes each step around all
+                # cores in turn: 15x slower here (benchmarks/bench_pods.py).
+                cross_device_ops=tf.distribute.ReductionToOneDevice(),
+            )
