@@ -130,28 +130,6 @@ def test_a_pod_on_gpus_is_refused():
         FakeTPUClusterResolver("v3-32", device_type="GPU")
 
 
-def test_a_device_assignment_across_hosts_out_of_order_is_refused_before_any_host_starts():
-    import tensorflow as tf
-
-    from compat_distribute.testing import FakeTPUClusterResolver
-    from compat_distribute.testing import FakeTPUStrategy
-
-    resolver = FakeTPUClusterResolver("v3-32")
-    topology = resolver.tpu_topology()
-    assert (topology.num_tasks, topology.num_tpus_per_task) == (4, 8)
-    assignment = tf.tpu.experimental.DeviceAssignment.build(topology, num_replicas=32)
-    with pytest.raises(ValueError) as raised:
-        FakeTPUStrategy(resolver, experimental_device_assignment=assignment)
-    assert str(raised.value).startswith(
-        "The device assignment places the replicas on hosts [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, "
-    )
-    assert str(raised.value).endswith(
-        "Pass fewer replicas, or use hosts=1 for any device assignment on v3-32's 32 cores in "
-        "one process."
-    )
-    assert resolver.pod.running is False
-
-
 def _never_serves(spec, argv):
     """Host 1 of the pod below: a process that never says it is up."""
     if spec.task_id == 1:

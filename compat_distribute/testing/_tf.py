@@ -44,6 +44,8 @@ INTERNALS = {
     "get_all_registered_kernels": "tensorflow.python.framework.kernels:get_all_registered_kernels",
     # Fake TPU pods
     "is_device_list_single_worker": f"{_DISTRIBUTE}.mirrored_strategy:_is_device_list_single_worker",
+    # Fake TPU device assignments
+    "host_for_device": f"{_DISTRIBUTE}.device_util:get_host_for_device",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on

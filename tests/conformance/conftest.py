@@ -1,9 +1,9 @@
 """The TPU under test, as TPU code sees it: TensorFlow's TPU entry points.
 
-On the fake (`--tpu=fake`, the default) each test runs inside `fake_tpu()` of the
-session's topology, so `tf.tpu.experimental.initialize_tpu_system` and
-`tf.distribute.TPUStrategy` reach the fake; on a real TPU (`--tpu=auto` or a
-name) they are TensorFlow's own. The tests are written once, as TPU code.
+On the fake (`--tpu=fake`, the default) each test runs inside a `FakeTPU` of the
+session's slice (a pod preset such as v3-32 too: its hosts start once), so
+`tf.tpu.experimental.initialize_tpu_system` and `tf.distribute.TPUStrategy`
+reach the fake; on a real TPU (`--tpu=auto` or a name) they are TensorFlow's own. The tests are written once, as TPU code.
 """
 
 import gc
@@ -11,9 +11,8 @@ import gc
 import pytest
 import tensorflow as tf
 
+from compat_distribute.testing import FakeTPU
 from compat_distribute.testing import FakeTPUClusterResolver
-from compat_distribute.testing import TOPOLOGIES
-from compat_distribute.testing import fake_tpu
 from compat_distribute.testing import initialize_tpu_system
 
 
@@ -27,12 +26,8 @@ def tpu_entry_points(tpu_resolver, on_fake):
     if not on_fake:
         yield
         return
-    name = tpu_resolver.topology_name
-    if name in TOPOLOGIES:
-        fake = fake_tpu(name, strict=tpu_resolver.strict)
-    else:
-        fake = fake_tpu(mesh_shape=tpu_resolver.mesh_shape, strict=tpu_resolver.strict)
-    with fake:
+    # The session's slice; a pod's hosts are the session resolver's, started once.
+    with FakeTPU.of(tpu_resolver):
         yield
 
 

@@ -61,8 +61,8 @@ def test_sparse_and_ragged_batches_cannot_be_prefetched_to_device(tpu_strategy, 
         iter(tpu_strategy.distribute_datasets_from_function(lambda _: make(tpu_strategy)))
 
 
-def test_input_function_sees_one_pipeline_for_all_replicas(tpu_strategy):
-    """An input function gets one pipeline (id 0) feeding all replicas of the one host.
+def test_input_function_sees_one_pipeline_per_host(tpu_strategy):
+    """An input function gets one pipeline per host (on one host: id 0, for all replicas).
 
     TF: tpu_strategy_test.py TPUStrategyDistributionTest.test_make_input_fn_iterable
     """
@@ -74,4 +74,5 @@ def test_input_function_sees_one_pipeline_for_all_replicas(tpu_strategy):
 
     iter(tpu_strategy.distribute_datasets_from_function(dataset_fn))
     seen = [(c.num_input_pipelines, c.input_pipeline_id, c.num_replicas_in_sync) for c in contexts]
-    assert seen == [(1, 0, tpu_strategy.num_replicas_in_sync)]
+    hosts = tpu_strategy.extended.num_hosts
+    assert seen == [(hosts, i, tpu_strategy.num_replicas_in_sync) for i in range(hosts)]

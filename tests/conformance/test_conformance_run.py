@@ -3,7 +3,6 @@
 import pytest
 import tensorflow as tf
 
-from compat_distribute.testing import FakeTPUClusterResolver
 from conformance_support import by_design
 from conformance_support import local
 from conformance_support import strategy_on
@@ -199,7 +198,7 @@ def test_a_step_a_tpu_cannot_compile_fails_and_the_next_good_step_runs(tpu_resol
     TF: tpu_strategy_test.py TPUStrategyTest.test_recover_from_compilation_failures
     """
     if on_fake:
-        resolver = FakeTPUClusterResolver(mesh_shape=tpu_resolver.mesh_shape, strict=True)
+        resolver = tpu_resolver.replace(strict=True)
     else:
         resolver = tpu_resolver
     strategy = tf.distribute.TPUStrategy(resolver)

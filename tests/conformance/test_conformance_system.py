@@ -52,11 +52,12 @@ def test_strategy_on_one_core_has_one_host_and_one_replica(tpu_resolver, topolog
 
 
 def test_strategy_has_one_replica_per_core(tpu_strategy, tpu_resolver):
-    """The strategy has one replica per core of the slice.
+    """The strategy has one replica per core of the slice (a host's cores times its hosts).
 
     TF: tpu_strategy_test.py TPUStrategyDistributionTest.test_num_replicas_in_sync
     """
-    cores = tpu_resolver.num_accelerators()["TPU"]
+    # num_accelerators() counts one host's cores.
+    cores = tpu_resolver.num_accelerators()["TPU"] * tpu_strategy.extended.num_hosts
     assert tpu_strategy.num_replicas_in_sync == cores
     assert len(tpu_strategy.extended.worker_devices) == cores
 
@@ -76,17 +77,19 @@ def test_subset_strategies_run_on_the_cores_they_name(tpu_resolver, topology):
 
 
 @by_design(
-    "cores are virtual CPU devices of this process, so device names say CPU; code that "
-    "places ops by index works the same"
+    "cores are virtual CPU devices (of this process, or of a pod's hosts), so device names "
+    "say CPU; code that places ops by index works the same"
 )
 def test_replica_devices_are_tpu_cores(tpu_strategy, on_fake):
-    """The replicas' devices are TPU cores (`device:TPU:k`).
+    """The replicas' devices are TPU cores (`device:TPU:k`), host by host.
 
     TF: tpu_strategy_test.py DeviceAssignmentTest.test_variables_mismatched_device_assignment
     """
     device_type = "CPU" if on_fake else "TPU"
-    assert [d.rsplit("/", 1)[1] for d in tpu_strategy.extended.worker_devices] == [
-        f"device:{device_type}:{k}" for k in range(tpu_strategy.num_replicas_in_sync)
+    per_host = tpu_strategy.extended.num_replicas_per_host
+    assert [d.rsplit("/", 2)[1:] for d in tpu_strategy.extended.worker_devices] == [
+        [f"task:{k // per_host}", f"device:{device_type}:{k % per_host}"]
+        for k in range(tpu_strategy.num_replicas_in_sync)
     ]
 
 

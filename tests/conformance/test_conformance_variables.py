@@ -123,7 +123,9 @@ def test_a_plain_variable_is_read_inside_a_step(tpu_strategy):
     def step(batch):
         return tpu_strategy.run(lambda x: x + v, args=(batch,))
 
-    assert local(tpu_strategy, step(next(iterator))) == [[k + 2.0] for k in range(n)]
+    # Each replica's batch (on a pod, each host's pipeline takes every num_hosts-th batch).
+    batch = next(iterator)
+    assert local(tpu_strategy, step(batch)) == [[x + 2.0] for [x] in local(tpu_strategy, batch)]
 
 
 def test_sync_on_read_variable_all_reduces_its_copies(tpu_strategy, packed):
@@ -144,7 +146,7 @@ def test_sync_on_read_variable_all_reduces_its_copies(tpu_strategy, packed):
         )
 
     @tf.function
-    def train(iterator):
+    def train(batch):
         def write(x):
             w.assign(x + w)
             return w
@@ -152,11 +154,14 @@ def test_sync_on_read_variable_all_reduces_its_copies(tpu_strategy, packed):
         def all_reduce(x):
             return tf.distribute.get_replica_context().all_reduce("SUM", w) + x
 
-        written = tpu_strategy.run(write, args=(next(iterator),))
+        written = tpu_strategy.run(write, args=(batch,))
         return tpu_strategy.run(all_reduce, args=(written,))
 
     total = sum(range(n))
-    assert local(tpu_strategy, train(iterator)) == [[k + total] for k in range(n)]
+    batch = next(iterator)  # replica k's batch is [k] on one host, not on a pod
+    assert local(tpu_strategy, train(batch)) == [
+        [x + total] for [x] in local(tpu_strategy, batch)
+    ]
     assert w.read_value().numpy().tolist() == [0.0]
     del packed
 

@@ -163,14 +163,37 @@ def test_device_assignment_of_another_fake_is_a_value_error():
     )
 
 
-def test_device_assignment_needing_more_cores_is_a_value_error():
+def test_a_core_named_twice_is_tfs_invalid_argument_error():
+    # More replicas than cores name some core twice: the TPU's compiler refuses it
+    # (tpu_rewrite_device_util.cc), in its words.
     resolver = FakeTPUClusterResolver("v4-8")
     topology = initialize_tpu_system(resolver)
     assignment = tf.tpu.experimental.DeviceAssignment(topology, [[[0, 0, 0, 0]]] * 5)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
         FakeTPUStrategy(resolver, experimental_device_assignment=assignment)
-    assert str(info.value) == (
-        "device_assignment needs 5 replicas x 1 cores = 5 cores, but this fake TPU (v4-8) has 4."
+    assert info.value.message == "'device_assignment' has duplicate device coordinate (0, 0, 0, 0)"
+    # Also a logical core other than 0 (the fake computes on core 0 only).
+    two_cores = tf.tpu.experimental.DeviceAssignment(
+        topology, [[[0, 0, 0, 0], [1, 0, 0, 0]], [[1, 0, 0, 0], [0, 1, 0, 0]]]
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        FakeTPUStrategy(resolver, experimental_device_assignment=two_cores)
+    assert info.value.message == "'device_assignment' has duplicate device coordinate (1, 0, 0, 0)"
+
+
+def test_a_coordinate_off_the_mesh_is_refused_as_on_a_tpu():
+    resolver = FakeTPUClusterResolver("v4-8")
+    topology = initialize_tpu_system(resolver)
+    # Past the mesh: TF's DeviceAssignment fails to look its task up.
+    with pytest.raises(IndexError, match="index 2 is out of bounds for axis 0 with size 2"):
+        tf.tpu.experimental.DeviceAssignment(topology, [[[2, 0, 0, 0]]])
+    # Negative: the lookup wraps round; the TPU's compiler refuses it.
+    negative = tf.tpu.experimental.DeviceAssignment(topology, [[[-1, 0, 0, 0]]])
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        FakeTPUStrategy(resolver, experimental_device_assignment=negative)
+    assert info.value.message == (
+        "device coordinate (-1, 0, 0, 0) in 'device_assignment' is outside of mesh shape "
+        "(2, 2, 1, 1)"
     )
 
 

@@ -171,6 +171,22 @@ def test_experimental_logical_device_places_variables_on_that_core(model_paralle
         assert model_parallel.extended.worker_devices == core1
         v = tf.Variable(2.0)
     assert tuple(x.device for x in v.values) == core1
+
+    # A replica reads it from its core 1, as a TPU reads a replica's first core
+    # holding a copy; packed (TPUStrategyV2's default) and not.
+    @tf.function
+    def step():
+        return model_parallel.run(lambda: v * 3.0)
+
+    assert values(step(), model_parallel) == [6.0] * 4
+    model_parallel._enable_packed_variable_in_eager_mode = False  # pylint: disable=protected-access
+    try:
+        with model_parallel.scope(), model_parallel.extended.experimental_logical_device(1):
+            unpacked = tf.Variable(2.0)
+    finally:
+        model_parallel._enable_packed_variable_in_eager_mode = True  # pylint: disable=protected-access
+    step_unpacked = tf.function(lambda: model_parallel.run(lambda: unpacked * 3.0))
+    assert values(step_unpacked(), model_parallel) == [6.0] * 4
     with pytest.raises(ValueError) as info:
         with model_parallel.extended.experimental_logical_device(2):
             pass
@@ -301,6 +317,29 @@ def test_variables_are_packed_by_default_as_on_tpu_strategy_v2(v3_8):
     with v3_8.scope():
         v = tf.Variable(1.0)
     assert v._packed_var is not None  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+def test_a_step_reads_a_variable_after_its_update(v3_8, packed):
+    # The update (a merge call) and the reads after it go through one handle, so
+    # every replica sees the new value, step after step, as on a TPU.
+    v3_8._enable_packed_variable_in_eager_mode = packed  # pylint: disable=protected-access
+    try:
+        with v3_8.scope():
+            v = tf.Variable(0.0, aggregation=tf.VariableAggregation.MEAN)
+    finally:
+        v3_8._enable_packed_variable_in_eager_mode = True  # pylint: disable=protected-access
+
+    @tf.function
+    def step():
+        def replica():
+            v.assign_add(1.0)
+            return v * 1.0
+
+        return v3_8.run(replica)
+
+    assert [values(step(), v3_8) for _ in range(5)] == [[float(k)] * 8 for k in range(1, 6)]
+    assert values(v, v3_8) == [5.0] * 8
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])

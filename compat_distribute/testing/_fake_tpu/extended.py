@@ -35,28 +35,52 @@ def _core_index(device_assignment, cores_per_host, replica, logical_core):
     return task * cores_per_host + device_assignment.tpu_ordinal(replica, logical_core)
 
 
+def tpu_devices(resolver, device_assignment):
+    """[replica][logical core] -> core device, as TPUExtended's `_tpu_devices`: each
+    logical core on the core its coordinates name, on that core's host."""
+    cores = resolver.core_devices
+    if device_assignment is None:
+        return np.array([[d] for d in cores], dtype=object)
+    cores_per_host = len(cores) // resolver.num_hosts
+    return np.array(
+        [
+            [
+                cores[_core_index(device_assignment, cores_per_host, r, c)]
+                for c in range(device_assignment.num_cores_per_replica)
+            ]
+            for r in range(device_assignment.num_replicas)
+        ],
+        dtype=object,
+    )
+
+
+def input_workers(replica_devices):
+    """TPUExtended's input pipelines: one per host, feeding the replicas whose
+    logical core 0 is on it; hosts in the order of their first replica.
+
+    As in TF's tpu_strategy.py (TPUExtended.__init__). Replica r takes element r
+    of the pipelines' outputs, host by host, so where an assignment's replicas go
+    to hosts out of order, a replica is fed by another host's pipeline, as on a
+    pod (TF's `_enable_data_reorder`, off by default, is what would change that).
+    """
+    by_host = {}
+    for device in map(_tf.canonicalize_device, replica_devices):
+        by_host.setdefault(_tf.host_for_device(device), []).append(device)
+    return list(by_host.items())
+
+
 class FakeTPUExtended(_tf.MirroredExtended):
     """MirroredExtended over the first logical core of each replica, with TPU rules."""
 
     def __init__(self, container_strategy, resolver, device_assignment, spmd, steps_per_run):
-        cores = resolver.core_devices
-        if device_assignment is None:
-            tpu_devices = [[d] for d in cores]
-        else:
-            cores_per_host = len(cores) // resolver.num_hosts
-            tpu_devices = [
-                [
-                    cores[_core_index(device_assignment, cores_per_host, r, c)]
-                    for c in range(device_assignment.num_cores_per_replica)
-                ]
-                for r in range(device_assignment.num_replicas)
-            ]
-        # [replica][logical core] -> device, as TPUExtended's.
-        self._tpu_devices = np.array(tpu_devices, dtype=object)
+        self._tpu_devices = tpu_devices(resolver, device_assignment)
+        # Each replica computes on its logical core 0, as XLA's replica does.
+        replica_devices = list(self._tpu_devices[:, 0])
         if resolver.pod is None:
-            super().__init__(container_strategy, devices=list(self._tpu_devices[:, 0]))
+            super().__init__(container_strategy, devices=replica_devices)
         else:  # Devices of several hosts.
-            resolver.pod.init_extended(self, container_strategy, self._tpu_devices[:, 0])
+            resolver.pod.init_extended(self, container_strategy, replica_devices)
+        _tf.set_input_workers(self, input_workers(replica_devices))
         self._tpu_cluster_resolver = resolver
         self._tpu_metadata = resolver.get_tpu_system_metadata()
         self._device_assignment = device_assignment
@@ -99,9 +123,9 @@ class FakeTPUExtended(_tf.MirroredExtended):
     def worker_devices(self):
         return tuple(self._tpu_devices[:, self._logical_device_stack[-1]])
 
-    def _fake_tpu_worker_devices(self):
-        """The replicas' devices, for variables read by a strategy other than their own."""
-        return self.worker_devices
+    def _fake_tpu_replica_cores(self, replica_id):
+        """A replica's logical cores' devices, core 0 first, for its variable reads."""
+        return tuple(self._tpu_devices[replica_id])
 
     @property
     def parameter_devices(self):

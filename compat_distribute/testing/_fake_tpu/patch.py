@@ -47,8 +47,23 @@ class FakeTPU:
             device_type=device_type,
             hosts=hosts,
         )
+        self._owns_pod = True  # False for a pod shared with a resolver (see `of`)
         self._resolver_class = _resolver_class(self)
         self._patch = _patching.Patch(self._routes())
+
+    @classmethod
+    def of(cls, resolver):
+        """A `FakeTPU` of `resolver`'s slice whose resolvers share its hosts.
+
+        For tests that hold a resolver (the pytest plugin's `tpu_resolver`) and
+        run TPU code against the same slice: a pod is started once, not per
+        fake, and stays the resolver's to stop.
+        """
+        fake = cls(**resolver.arguments())
+        if resolver.pod is not None:
+            fake._pod = resolver.pod
+            fake._owns_pod = False
+        return fake
 
     def resolver(self, job_name=resolver_lib.JOB):
         """A new `FakeTPUClusterResolver` of this fake's topology."""
@@ -113,7 +128,7 @@ class FakeTPU:
         if not self.active:
             return
         try:
-            if self._pod is not None:
+            if self._pod is not None and self._owns_pod:
                 self._pod.stop()
         finally:
             self._patch.stop()

@@ -69,10 +69,6 @@ class FakePod:
 
     # Devices, as TensorFlow names them once connected.
 
-    @staticmethod
-    def host_device(host):
-        return f"/job:{JOB}/replica:0/task:{host}/device:CPU:0"
-
     def host_cores(self, host):
         return tuple(
             f"/job:{JOB}/replica:0/task:{host}/device:CPU:{core}"
@@ -181,19 +177,8 @@ class FakePod:
     def init_extended(self, extended, container_strategy, devices):
         """Builds MirroredExtended `extended` over `devices` of this pod's hosts.
 
-        One input pipeline per host (that host's CPU feeds its own cores), as
-        TPUStrategy has one per host.
+        The caller gives it TPUStrategy's input pipelines (one per host).
         """
-        hosts = [tf.DeviceSpec.from_string(d).task for d in devices]
-        if hosts != sorted(hosts):
-            raise ValueError(
-                f"The device assignment places the replicas on hosts {hosts}, in this "
-                f"order; a fake TPU pod runs replicas host by host (each host's input "
-                f"pipeline feeds consecutive replicas), so it takes only assignments whose "
-                f"replicas go to hosts in order. Pass fewer replicas, or use "
-                f"hosts=1 for any device assignment on {self.name}'s {len(self.core_devices)} "
-                f"cores in one process."
-            )
         self.ensure_connected()
         with _tf.devices_of_several_hosts_allowed():
             _tf.MirroredExtended.__init__(
@@ -206,9 +191,3 @@ class FakePod:
                 # cores in turn: 15x slower here (benchmarks/bench_pods.py).
                 cross_device_ops=tf.distribute.ReductionToOneDevice(),
             )
-        by_host = {}
-        for task, device in zip(hosts, devices):
-            by_host.setdefault(task, []).append(device)
-        _tf.set_input_workers(
-            extended, [(self.host_device(task), cores) for task, cores in sorted(by_host.items())]
-        )

@@ -118,6 +118,26 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         """The logical devices that stand in for TPU cores 0..cores-1."""
         return self._core_devices
 
+    def arguments(self):
+        """The constructor's arguments that make a resolver of this slice."""
+        preset = self._topology_name in topologies.PRESETS
+        return dict(
+            topology=self._topology_name if preset else None,
+            mesh_shape=None if preset else self._mesh_shape,
+            strict=self._strict,
+            device_type=self._device_type,
+            hosts=self._num_hosts,
+        )
+
+    def replace(self, *, strict):
+        """A new resolver of this slice, sharing its hosts, with `strict` changed."""
+        resolver = FakeTPUClusterResolver(
+            **dict(self.arguments(), strict=strict), job_name=self.task_type
+        )
+        if self.pod is not None:
+            resolver.pod = self.pod
+        return resolver
+
     # tf.distribute.cluster_resolver.TPUClusterResolver's API.
 
     def master(self, task_type=None, task_id=None, rpc_layer=None):
@@ -185,7 +205,12 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         return self._topology
 
     def check_device_assignment(self, device_assignment):
-        """Raises `ValueError` unless `device_assignment` fits this slice."""
+        """Raises unless `device_assignment` fits this slice, as a TPU would.
+
+        A `ValueError` for an assignment of another slice; TensorFlow's errors
+        for coordinates off the mesh or a core named twice (see
+        `_check_cores_named_once`).
+        """
         if device_assignment is None:
             return None
         topology = device_assignment.topology
@@ -202,13 +227,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
                 f"({self._num_cores} cores). Build it from this resolver's topology: "
                 f"DeviceAssignment.build(initialize_tpu_system(resolver), ...)."
             )
-        needed = device_assignment.num_replicas * device_assignment.num_cores_per_replica
-        if needed > self._num_cores:
-            raise ValueError(
-                f"device_assignment needs {device_assignment.num_replicas} replicas x "
-                f"{device_assignment.num_cores_per_replica} cores = {needed} cores, but this "
-                f"fake TPU ({self._topology_name}) has {self._num_cores}."
-            )
+        _check_cores_named_once(device_assignment)
         return device_assignment
 
     def compat_distribute_strategy(
@@ -221,6 +240,44 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         return strategy.FakeTPUStrategy._build(  # pylint: disable=protected-access
             self, device_assignment, spmd_xla_partitioning, steps_per_run
         )
+
+
+def _check_cores_named_once(device_assignment):
+    """TensorFlow's checks of an assignment's coordinates, with its errors.
+
+    (A coordinate past the mesh is refused by `DeviceAssignment` itself, with
+    numpy's IndexError.) A negative one, which numpy's lookups wrap round, or a
+    core named twice are refused by the TPU's compiler with
+    InvalidArgumentError (tpu_rewrite_device_util.cc,
+    GetGeneralTPUExecutionDeviceAssignment), at the first step; the fake
+    refuses them when the strategy is built, as it runs a replica only on its
+    logical core 0 and could not see them later.
+    """
+    topology = device_assignment.topology
+    bounds = tuple(int(v) for v in topology.mesh_shape)
+    used = set()
+    for replica in range(device_assignment.num_replicas):
+        for logical_core in range(device_assignment.num_cores_per_replica):
+            coordinates = tuple(int(v) for v in device_assignment.coordinates(replica, logical_core))
+            if any(c < 0 for c in coordinates):
+                raise tf.errors.InvalidArgumentError(
+                    None,
+                    None,
+                    f"device coordinate {_tuple_text(coordinates)} in 'device_assignment' is "
+                    f"outside of mesh shape {_tuple_text(bounds)}",
+                )
+            if coordinates in used:
+                raise tf.errors.InvalidArgumentError(
+                    None,
+                    None,
+                    f"'device_assignment' has duplicate device coordinate "
+                    f"{_tuple_text(coordinates)}",
+                )
+            used.add(coordinates)
+
+
+def _tuple_text(values):
+    return "(" + ", ".join(str(v) for v in values) + ")"
 
 
 def is_fake(resolver):

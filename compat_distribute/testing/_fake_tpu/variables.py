@@ -5,8 +5,10 @@ that they are read under their own strategy, and, packed (as TPUStrategyV2
 packs them by default), hand operators a `PackedVarAndDevice` and the gradient
 tape a packed handle it refuses. A TPU variable picks the copy on the replica's
 DEVICE (a strategy on cores (1, 0) reads a variable of the all-core strategy
-core by core), reads under any TPU strategy of the slice, gives operators a
-read tensor, and inside a step reads through one graph handle.
+core by core, a replica's first logical core holding a copy), reads under any
+TPU strategy of the slice, and gives operators a read tensor. Inside a
+function the copies' own handles serve, packed or not, so reads and writes
+stay ordered.
 `adopt` gives a variable the fake's strategy created these rules.
 """
 
@@ -14,74 +16,79 @@ read tensor, and inside a step reads through one graph handle.
 import tensorflow as tf
 
 from compat_distribute.testing import _tf
-from compat_distribute.testing.xla_check import check as xla_check
 
 # pylint: disable=protected-access
 
 
-def _replica_device():
-    """The device of the fake TPU replica running now, or None outside one."""
+def _replica_cores():
+    """The logical cores' devices of the fake TPU replica running now, or None outside one."""
     context = tf.distribute.get_replica_context()
     if context is None:
         return None
-    worker_devices = getattr(context.strategy.extended, "_fake_tpu_worker_devices", None)
-    if worker_devices is None:
+    replica_cores = getattr(context.strategy.extended, "_fake_tpu_replica_cores", None)
+    if replica_cores is None:
         return None  # Not a fake TPU's replica: TensorFlow's own rules apply.
-    return worker_devices()[_tf.current_replica_id()]
+    return replica_cores(_tf.current_replica_id())
 
 
 class _FakeTPUVariableMixin:
     """The TPU's read rules on top of a MirroredStrategy variable."""
 
-    def _index_on(self, device):
-        canonical = _tf.canonicalize_device(device)
-        for index, value in enumerate(self._values):
-            if _tf.canonicalize_device(value.device) == canonical:
+    def _index_on(self, cores):
+        """The copy on the replica's first logical core that has one, as a TPU
+        picks it (TF's tpu_replication.get_replicated_var_handle): a variable
+        made in `experimental_logical_device(k)` is read from core k."""
+        indices = {_tf.canonicalize_device(v.device): i for i, v in enumerate(self._values)}
+        for device in cores:
+            index = indices.get(_tf.canonicalize_device(device))
+            if index is not None:
                 return index
-        # TF's words (tpu_replication.get_replicated_var_handle).
+        # TF's words.
         raise ValueError(
             f"Failed to find a variable on any device in replica "
             f"{_tf.current_replica_id()} for current device assignment"
         )
 
     def _tpu_rules_apply(self):
-        """The replica's device when the TPU's read rules differ from MirroredStrategy's."""
-        device = _replica_device()
-        if device is None:
+        """The device of the replica's copy when the TPU's read rules differ from
+        MirroredStrategy's: a foreign strategy's replica, a packed variable, a
+        replica whose logical core 0 has no copy."""
+        cores = _replica_cores()
+        if cores is None:
             return None
+        index = self._index_on(cores)  # raises where the replica has no copy
         foreign = tf.distribute.get_replica_context().strategy is not self._distribute_strategy
-        return device if foreign or self._use_packed_variable() else None
+        if foreign or self._use_packed_variable() or index != _tf.current_replica_id():
+            return self._values[index].device
+        return None
 
     def _use_packed_variable(self):
-        # XLA on the CPU cannot compile a captured packed handle: while the XLA
-        # check traces a step, variables use their copies' handles.
-        return super()._use_packed_variable() and not xla_check.tracing()
+        # Packed in eager mode only, as TPUStrategyV2 names it: inside a
+        # function every read and write goes through the copies' own handles.
+        # A packed handle is another graph input than a copy's, so a read of
+        # one would not wait for a write of the other (MirroredStrategy's
+        # updates write the copies); XLA on the CPU cannot compile it either.
+        return super()._use_packed_variable() and not tf.inside_function()
 
     def _get_replica(self, replica_id):
-        device = _replica_device()
-        if device is not None:
-            replica_id = self._index_on(device)
+        cores = _replica_cores()
+        if cores is not None:
+            replica_id = self._index_on(cores)
         return super()._get_replica(replica_id)
 
     @property
     def handle(self):
         device = self._tpu_rules_apply()
         if device is None:
-            if _replica_device() is None and self._use_packed_variable():
+            if _replica_cores() is None and self._use_packed_variable():
                 # Cross-replica, as TPUVariableMixin: the copy's own handle on
                 # this device (or the first replica's), not the packed one.
                 return self._get_on_device_or_primary().on_device_handle()
             return super().handle
-        copy = self._values[self._index_on(device)]  # raises where the replica has no copy
+        copy = self._values[self._index_on((device,))]
         if not self._use_packed_variable():
             return copy.handle
-        handle = self._packed_var.handle
-        if tf.inside_function():
-            # The step's one handle, as a TPU's replicated handle: a graph input
-            # (the gradient tape refuses the packed eager tensor itself), and the
-            # same one the variable's updates use, so reads and writes stay ordered.
-            return tf.compat.v1.get_default_graph().capture(handle)
-        return handle
+        return self._packed_var.handle
 
     def _read_on_replica(self, device):
         if self.trainable:
