@@ -144,7 +144,7 @@ def test_absltest_program_reads_the_environment(run_python):
                       "children", children(), flush=True)
 
         def children():
-            """This process's children (a pod's hosts would be)."""
+            # This process's children (a pod's hosts would be).
             found = []
             for name in filter(str.isdigit, os.listdir("/proc")):
                 try:
