@@ -222,12 +222,10 @@ class Settings:
 
     @property
     def fake_tpu_hosts(self):
-        """The fake TPU's host processes: the given count, else its topology's own."""
-        if self.given_hosts is not None:
-            return self.given_hosts
-        from compat_distribute.testing._fake_tpu import PRESETS
+        """The fake TPU's hosts: the given count, else its topology's own."""
+        from compat_distribute.testing._fake_tpu import topologies
 
-        return PRESETS[self.fake_tpu_topology].hosts
+        return topologies.host_count(self.fake_tpu_topology, self.given_hosts)
 
     def source(self, name):
         return dict(self.sources).get(name, DEFAULT_SOURCE)

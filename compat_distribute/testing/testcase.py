@@ -35,9 +35,9 @@ class TestCase(tf.test.TestCase):
     --xla_force_host_platform_device_count) asks for it; a count below the
     fake TPU's cores raises `ValueError` when the TPU is first used.
     `tpu_resolver` and `tpu_strategy` are built on first use and shared by the
-    class's tests (a pod on its own hosts by every class of the process). A TPU named by COMPAT_DISTRIBUTE_TPU must be
-    reachable: otherwise `tpu_resolver` raises `TPUUnreachableError` rather than
-    fall back to the fake.
+    class's tests (a pod on its own hosts by every class of the process). A TPU
+    named by COMPAT_DISTRIBUTE_TPU must be reachable: otherwise `tpu_resolver`
+    raises `TPUUnreachableError` rather than fall back to the fake.
     """
 
     @classmethod
