@@ -223,9 +223,11 @@ class Settings:
     @property
     def fake_tpu_hosts(self):
         """The fake TPU's hosts: the given count, else its topology's own."""
+        if self.given_hosts is not None:
+            return self.given_hosts  # `read` checked it fits (the message shows it)
         from compat_distribute.testing._fake_tpu import topologies
 
-        return topologies.host_count(self.fake_tpu_topology, self.given_hosts)
+        return topologies.host_count(self.fake_tpu_topology, None)
 
     def source(self, name):
         return dict(self.sources).get(name, DEFAULT_SOURCE)
