@@ -10,8 +10,10 @@ An empty environment variable or ini value counts as not set. The device
 count has one more place, between the ini key and the default: JAX's
 `XLA_FLAGS=--xla_force_host_platform_device_count=N` (TensorFlow itself ignores
 it). The pytest plugin reads all the places; `compat_distribute.testing.TestCase`
-(absltest) reads the environment and the defaults. Nothing here imports
-TensorFlow unless a topology is given or asked for (the fake TPU's presets).
+(absltest) reads the environment and the defaults. A host count, once every
+setting is read, must be one the topology has (the fake's own rule: 1, or a pod
+preset's own count). Nothing here imports TensorFlow (the fake TPU's presets,
+read for a topology or a host count, import numpy).
 """
 
 import dataclasses
