@@ -66,16 +66,21 @@ def _seconds(text):
     return value
 
 
-def _tpu(text):
+def _setting(name):
+    """An argparse type: the parser of the pytest plugin's setting `name`."""
     from compat_distribute.testing import _settings  # pylint: disable=g-import-not-at-top
 
-    parse = next(o.parse for o in _settings.OPTIONS if o.name == "tpu")
-    try:
-        return parse(text)
-    except ValueError as e:
-        fix = getattr(e, "fix", "")  # the plugin's advice, e.g. "Did you mean --tpu=fake?"
-        message = f"{e}; got {text!r}" + (f". {fix}" if fix else "")
-        raise argparse.ArgumentTypeError(message) from None
+    parse = next(o.parse for o in _settings.OPTIONS if o.name == name)
+
+    def parse_argument(text):
+        try:
+            return parse(text)
+        except ValueError as e:
+            fix = getattr(e, "fix", "")  # the plugin's advice, e.g. "Did you mean --tpu=fake?"
+            message = f"{e}; got {text!r}" + (f". {fix}" if fix else "")
+            raise argparse.ArgumentTypeError(message) from None
+
+    return parse_argument
 
 
 def build_parser():
@@ -112,7 +117,7 @@ def build_smoke_parser():
     parser.add_argument(
         "--tpu",
         metavar="fake|auto|NAME",
-        type=_tpu,
+        type=_setting("tpu"),
         default="fake",
         help="'fake' (default): the fake TPU on virtual CPU devices; 'auto': a TPU "
         "configured here, else the local GPUs, else the fake; NAME: that TPU "
@@ -124,6 +129,15 @@ def build_smoke_parser():
         default=None,
         help=f"the fake TPU's topology: {', '.join(smoke.topologies())} "
         f"(default {smoke.DEFAULT_TOPOLOGY})",
+    )
+    parser.add_argument(
+        "--hosts",
+        type=_setting("fake_tpu_hosts"),
+        default=None,
+        metavar="N",
+        help="the fake TPU's hosts: 1 puts every core of a pod topology (e.g. v3-32) "
+        "in this process; the topology's own count (v3-32: 4, the default) runs a "
+        "host process each",
     )
     parser.add_argument(
         "--steps-per-run",
@@ -165,21 +179,28 @@ def main(argv=None):
     build_parser().parse_args(argv[: split + 1])
     smoke_parser = build_smoke_parser()
     args = smoke_parser.parse_args(argv[split + 1 :])
-    _check_topology(args, smoke_parser)
+    _check_fake_options(args, smoke_parser)
     return _smoke(args)
 
 
-def _check_topology(args, parser):
+def _check_fake_options(args, parser):
+    """Refuses --topology and --hosts for a real TPU, and hosts the topology lacks."""
     from compat_distribute import smoke  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing._fake_tpu import topologies  # pylint: disable=g-import-not-at-top
 
+    for option, value in (("--topology", args.topology), ("--hosts", args.hosts)):
+        if value is not None and args.tpu not in ("fake", "auto"):
+            parser.error(
+                f"argument {option}: applies to the fake TPU only; got {option} "
+                f"{value} with --tpu {args.tpu}. Drop {option}."
+            )
     if args.topology is None:
         args.topology = smoke.DEFAULT_TOPOLOGY
-        return
-    if args.tpu != "fake" and args.tpu != "auto":
-        parser.error(
-            f"argument --topology: applies to the fake TPU only; got --topology "
-            f"{args.topology} with --tpu {args.tpu}. Drop --topology."
-        )
+    try:  # The fake's own check, in its words.
+        topologies.host_count(args.topology, args.hosts)
+    except ValueError as e:
+        parser.error(f"argument --hosts: with --topology {args.topology}: {e} Leave --hosts "
+                     f"out (None) for the topology's own count.")
 
 
 def _say(text, stream=None):
@@ -230,7 +251,11 @@ def _run_smoke(args, smoke, watchdog):
     watchdog.stage = "setting up the hardware"
     try:
         target = smoke.target_for(
-            args.tpu, args.steps_per_run, topology=args.topology, timeout=args.timeout
+            args.tpu,
+            args.steps_per_run,
+            topology=args.topology,
+            hosts=args.hosts,
+            timeout=args.timeout,
         )
     except smoke.TPUUnreachableError as e:
         if args.json:

@@ -19,8 +19,16 @@ import pytest
 import compat_distribute
 from compat_distribute import __main__ as cli
 from compat_distribute import smoke
+from compat_distribute.testing._fake_tpu import topologies
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _fake_refuses(topology, hosts):
+    """What the fake itself says of `hosts=` for `topology` (the command quotes it)."""
+    with pytest.raises(ValueError) as raised:
+        topologies.host_count(topology, hosts)
+    return str(raised.value)
 
 
 def run_cli(*args, env=None, timeout=300):
@@ -79,9 +87,34 @@ def run_cli(*args, env=None, timeout=300):
             ["smoke", "--inject-failure", "nope"],
             "argument --inject-failure: invalid choice: 'nope'",
         ),
+        (["smoke", "--hosts", "0"], "argument --hosts: expected a positive integer; got '0'"),
+        (
+            ["smoke", "--hosts", "9"],
+            "argument --hosts: expected at most 8 hosts (the most of any fake TPU preset); got "
+            "'9'. A fake TPU runs on 1 host (every core in one process) or on its preset's own "
+            "hosts (v3-32: 4).",
+        ),
+        (
+            ["smoke", "--topology", "v3-32", "--hosts", "2"],
+            lambda: "argument --hosts: with --topology v3-32: "
+            + _fake_refuses("v3-32", 2)
+            + " Leave --hosts out (None) for the topology's own count.",
+        ),
+        (
+            ["smoke", "--hosts", "4"],  # the default v3-8 has one host
+            lambda: "argument --hosts: with --topology v3-8: "
+            + _fake_refuses("v3-8", 4)
+            + " Leave --hosts out (None) for the topology's own count.",
+        ),
+        (
+            ["smoke", "--tpu", "x", "--hosts", "1"],
+            "argument --hosts: applies to the fake TPU only; got --hosts 1 with --tpu x. "
+            "Drop --hosts.",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_flag(args, message, capsys):
+    message = message() if callable(message) else message
     with pytest.raises(SystemExit) as exit_info:
         cli.main(args)
     assert exit_info.value.code == 2
@@ -129,6 +162,27 @@ def test_smoke_help_lists_every_option_checks_and_topologies(capsys):
     names = ", ".join(smoke.topologies())
     assert f"the fake TPU's topology: {names} (default v3-8)" in " ".join(out.split())
     assert {"v2-8", "v3-8", "v4-8", "v5litepod-8", "v5p-8", "v6e-8"} <= set(smoke.topologies())
+    assert (
+        "--hosts N the fake TPU's hosts: 1 puts every core of a pod topology (e.g. v3-32) in "
+        "this process; the topology's own count (v3-32: 4, the default) runs a host process each"
+    ) in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    "args, hosts",
+    [
+        (["--topology", "v3-32", "--hosts", "1"], 1),
+        (["--topology", "v3-32", "--hosts", "4"], 4),
+        (["--topology", "v3-32"], None),  # the topology's own
+        (["--hosts", "1"], 1),  # the default v3-8's own
+        (["--tpu", "auto", "--topology", "v4-16", "--hosts", "2"], 2),  # for the fake, if chosen
+    ],
+)
+def test_host_counts_the_topology_has_are_taken(args, hosts):
+    parser = cli.build_smoke_parser()
+    parsed = parser.parse_args(args)
+    cli._check_fake_options(parsed, parser)  # pylint: disable=protected-access
+    assert parsed.hosts == hosts
 
 
 def test_unreachable_tpu_fails_fast_with_reason(capsys):
@@ -224,3 +278,50 @@ def test_verbose_lets_tensorflow_log_through_and_user_level_is_respected():
     # Held back: the error first, then the log because the run failed.
     assert quiet.stderr.startswith(error)
     assert "TensorFlow's native log (last " in quiet.stderr
+
+
+def _processes_in_session(session_id):
+    """The live processes of session `session_id` (a command started in a session of its own)."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # Gone meanwhile.
+            continue
+        if int(fields[3]) == session_id and fields[0] != "Z":
+            found.append(int(name))
+    return found
+
+
+def test_a_pod_topology_on_one_host_runs_in_the_command_alone():
+    with tempfile.TemporaryDirectory() as tmpdir:
+        env = dict(os.environ, PYTHONPATH=REPO, TMPDIR=tmpdir)
+        env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+        args = ["smoke", "--topology", "v3-32", "--hosts", "1", "--steps-per-run", "1"]
+        command = subprocess.Popen(
+            [sys.executable, "-m", "compat_distribute", *args, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+            start_new_session=True,  # its session id is its pid: what it starts stays in it
+        )
+        try:
+            out, err = command.communicate(timeout=300)
+        finally:
+            command.kill()
+        left = os.listdir(tmpdir)
+    assert command.returncode == 0, err[-3000:]
+    assert err == ""
+    assert left == []  # no hosts' directory either
+    assert _processes_in_session(command.pid) == []
+    report = json.loads(out)
+    assert report["ok"] is True
+    assert report["device"] == "fake TPU v3-32 on 1 host (32 cores on 32 virtual CPU devices)"
+    assert (report["replicas"], report["topology"], report["hosts"]) == (32, "v3-32", 1)
+    assert [c["name"] for c in report["checks"] if not c["ok"]] == []
+    details = {c["name"]: c["detail"] for c in report["checks"]}
+    assert details["replicas"] == "32 replicas in sync on 32 worker devices"
+    assert details["all_reduce"].startswith("sum of 1..32 = 528 in all 32 replicas")

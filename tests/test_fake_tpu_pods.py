@@ -420,8 +420,10 @@ class PodTest(compat_distribute.testing.TestCase):
 
 @pytest.mark.multi_worker
 def test_the_pytest_plugin_and_the_testcase_share_one_pod(pytester, monkeypatch):
-    # The TestCase reads the environment; the plugin the same variable.
+    # The TestCase reads the environment; the plugin the same variables. The
+    # pod's own host count, given, runs its hosts as the default does.
     monkeypatch.setenv("COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY", "v4-16")
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS", "2")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     pytester.makepyfile(test_pod=_POD_PROJECT)
     result = pytester.runpytest_subprocess("-p", "no:xdist", timeout=PROGRAM_TIMEOUT_S)

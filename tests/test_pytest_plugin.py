@@ -20,6 +20,7 @@ from compat_distribute.testing import devices
 from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
 from compat_distribute.testing._fake_tpu import PRESETS
 from compat_distribute.testing._fake_tpu import TOPOLOGIES
+from compat_distribute.testing._fake_tpu import topologies
 
 pytest_plugins = ["pytester"]
 
@@ -27,6 +28,18 @@ ENV_VARS = tuple(option.env for option in _settings.OPTIONS) + ("TPU_NAME", "XLA
 DEFAULT_CORES = math.prod(TOPOLOGIES[DEFAULT_TOPOLOGY])
 DEFAULT_FAKE = f"fake ({DEFAULT_TOPOLOGY}, {DEFAULT_CORES} cores on CPU"  # ")" left off
 LIMIT = devices.MAX_DEVICES
+MAX_HOSTS = max(preset.hosts for preset in PRESETS.values())
+POD = "v3-32"  # 4 hosts of 8 cores
+POD_HOSTS, POD_CORES = PRESETS[POD].hosts, PRESETS[POD].cores
+
+
+def _fake_refuses(topology, hosts):
+    """What the fake itself says of `hosts=` for `topology` (the settings quote it)."""
+    try:
+        topologies.host_count(topology, hosts)
+    except ValueError as e:
+        return str(e)
+    raise AssertionError(f"the fake takes hosts={hosts} for {topology}")
 
 
 @pytest.fixture(autouse=True)
@@ -112,6 +125,39 @@ def _usage_error(result):
             "--xla_force_host_platform_device_count in environment variable XLA_FLAGS)\n",
         ),
         (
+            ["--fake-tpu-hosts=two"],
+            {},
+            "",
+            "--fake-tpu-hosts: expected a positive integer, got 'two' (from the command line)\n",
+        ),
+        (
+            [],
+            {"COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS": str(MAX_HOSTS + 1)},
+            "",
+            f"--fake-tpu-hosts: expected at most {MAX_HOSTS} hosts (the most of any fake TPU "
+            f"preset), got '{MAX_HOSTS + 1}' (from environment variable "
+            "COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS). A fake TPU runs on 1 host (every core in one "
+            "process) or on its preset's own hosts (v3-32: 4).\n",
+        ),
+        (
+            [f"--fake-tpu-topology={POD}"],
+            {},
+            "fake_tpu_hosts = 2",
+            "--fake-tpu-hosts=2 (from ini key fake_tpu_hosts in {ini}) does not fit "
+            f"--fake-tpu-topology={POD} (from the command line): {_fake_refuses(POD, 2)} "
+            "Leave --fake-tpu-hosts unset (None) for the topology's own count.\n",
+        ),
+        (
+            [],
+            {"COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS": str(POD_HOSTS)},
+            "",
+            f"--fake-tpu-hosts={POD_HOSTS} (from environment variable "
+            f"COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS) does not fit --fake-tpu-topology="
+            f"{DEFAULT_TOPOLOGY} (from the default): "
+            f"{_fake_refuses(DEFAULT_TOPOLOGY, POD_HOSTS)} Leave --fake-tpu-hosts unset (None) "
+            "for the topology's own count.\n",
+        ),
+        (
             ["--tpu=fak"],
             {},
             "",
@@ -137,6 +183,10 @@ def _usage_error(result):
         "devices-past-limit",
         "devices-past-limit-env",
         "xla-flags",
+        "hosts-not-a-count",
+        "hosts-past-limit",
+        "hosts-the-pod-lacks",
+        "hosts-of-a-one-host-topology",
         "tpu-misspelt",
         "tpu-capitalised",
     ],
@@ -194,6 +244,12 @@ def test_help_names_the_limit_the_xla_flag_and_the_off_switch(pytester):
         "tf_devices]"
     ) in text
     assert "--no-fake-tpu-strict turn --fake-tpu-strict off, over the environment and ini" in text
+    assert (
+        "--fake-tpu-hosts=N host processes of the fake TPU: 1 puts every core of a pod preset "
+        "(e.g. v3-32) in the test process, as virtual devices; a pod preset's own count "
+        "(v3-32: 4) runs a host process each (default: the topology's own count) [env "
+        "COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS, ini fake_tpu_hosts]"
+    ) in text
 
 
 def test_settings_are_read_in_precedence_order():
@@ -238,6 +294,105 @@ def test_fake_backend_gets_topology_and_strict():
     assert backend.describe() == "fake (v4-8, 4 cores on CPU, strict)"
     resolver = backend.make_resolver()
     assert (resolver.topology_name, resolver.num_cores, resolver.strict) == ("v4-8", 4, True)
+
+
+def test_host_count_is_read_in_precedence_order_and_defaults_to_the_topologys_own():
+    # No host count: the topology's own, on a one-host slice and on a pod.
+    default = _settings.read()
+    assert (default.given_hosts, default.fake_tpu_hosts) == (None, 1)
+    assert default.source("fake_tpu_hosts") == "the default"
+    pod = _settings.read(cli={"fake_tpu_topology": POD})
+    assert (pod.given_hosts, pod.fake_tpu_hosts) == (None, POD_HOSTS)
+    assert pod.shown("fake_tpu_hosts") == f"--fake-tpu-hosts={POD_HOSTS} (from the default)"
+    # Command line > environment variable > ini key; an empty value is not set.
+    ini = {"fake_tpu_topology": POD, "fake_tpu_hosts": str(POD_HOSTS)}
+    env = {"COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS": "1"}
+    from_ini = _settings.read(env={"COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS": ""}, ini=ini)
+    assert (from_ini.fake_tpu_hosts, from_ini.source("fake_tpu_hosts")) == (
+        POD_HOSTS,
+        "ini key fake_tpu_hosts",
+    )
+    from_env = _settings.read(env=env, ini=ini)
+    assert (from_env.fake_tpu_hosts, from_env.source("fake_tpu_hosts")) == (
+        1,
+        "environment variable COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS",
+    )
+    from_cli = _settings.read(cli={"fake_tpu_hosts": f" 0{POD_HOSTS} "}, env=env, ini=ini)
+    assert (from_cli.fake_tpu_hosts, from_cli.source("fake_tpu_hosts")) == (
+        POD_HOSTS,
+        "the command line",
+    )
+    assert from_cli.any_given
+    # 1 fits every preset; the environment is the TestCase's way in.
+    one_host = {"COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS": "1"}
+    assert _settings.from_environment(one_host).fake_tpu_hosts == 1
+    one_host["COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY"] = POD
+    assert _settings.from_environment(one_host).fake_tpu_hosts == 1
+
+
+def test_a_host_count_is_bounded_and_must_fit_the_topology():
+    # A count of a thousand digits is refused without being converted.
+    with pytest.raises(_settings.SettingError) as raised:
+        _settings.read(cli={"fake_tpu_hosts": "9" * 1000})
+    assert str(raised.value).startswith(
+        f"--fake-tpu-hosts: expected at most {MAX_HOSTS} hosts (the most of any fake TPU preset)"
+    )
+    # What THIS topology accepts: 1 or its own hosts (the fake's words), and what to do.
+    for topology, hosts, accepted in [
+        (POD, 2, f"1 (every core in this process) or {POD_HOSTS} (its hosts)"),
+        ("v4-16", 4, "1 (every core in this process) or 2 (its hosts)"),
+        ("v5litepod-8", 2, "1 for the TPU slice 'v5litepod-8'"),
+    ]:
+        env = {
+            "COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY": topology,
+            "COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS": str(hosts),
+        }
+        with pytest.raises(_settings.SettingError) as raised:
+            _settings.from_environment(env)
+        message = str(raised.value)
+        assert message == (
+            f"--fake-tpu-hosts={hosts} (from environment variable "
+            f"COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS) does not fit --fake-tpu-topology={topology} "
+            f"(from environment variable COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY): "
+            f"{_fake_refuses(topology, hosts)} Leave --fake-tpu-hosts unset (None) for the "
+            f"topology's own count."
+        )
+        assert f"hosts must be None or {accepted}" in message
+        assert "pick a pod preset (v2-32, v3-32," in message
+
+
+def test_fake_backend_gets_the_host_count():
+    one_host = _tpu_backend.choose(
+        _settings.read(cli={"fake_tpu_topology": POD, "fake_tpu_hosts": "1"})
+    )
+    assert one_host.describe() == f"fake ({POD} on 1 host, {POD_CORES} cores on CPU)"
+    # Its cores are this process's devices: the plugin creates them.
+    assert (one_host.hosts, one_host.local_cores) == (1, POD_CORES)
+    for given in (None, str(POD_HOSTS)):  # The full count is the default's pod.
+        pod = _tpu_backend.choose(
+            _settings.read(cli={"fake_tpu_topology": POD, "fake_tpu_hosts": given})
+        )
+        assert pod.describe() == f"fake ({POD}, {POD_CORES} cores on {POD_HOSTS} host processes)"
+        assert (pod.hosts, pod.local_cores) == (POD_HOSTS, 0)
+    v3_8 = _tpu_backend.choose(_settings.read(cli={"fake_tpu_hosts": "1"}))
+    assert v3_8.describe() == DEFAULT_FAKE + ")"
+
+
+def test_a_pod_on_one_host_shows_in_the_header_and_needs_its_cores_as_devices(pytester):
+    args = (f"--fake-tpu-topology={POD}", "--fake-tpu-hosts=1")
+    result = pytester.runpytest("--collect-only", *args)
+    result.stdout.fnmatch_lines(
+        [f"compat_distribute: tpu=fake ({POD} on 1 host, {POD_CORES} cores on CPU), "
+         "tf-devices=as the tests need"]
+    )
+    stderr = _usage_error(pytester.runpytest(*args, "--tf-devices=8"))
+    assert (
+        f"ERROR: --tf-devices=8 (from the command line) is fewer devices than the {POD_CORES} "
+        f"cores of the fake TPU's topology {POD} (from the command line) with "
+        f"--fake-tpu-hosts=1 (from the command line), which needs one device per core. Pass "
+        f"--tf-devices={POD_CORES} or more, or a topology of at most 8 cores: "
+    ) in stderr
+    assert f", or --fake-tpu-hosts={POD_HOSTS} (its cores on host processes).\n" in stderr
 
 
 @pytest.mark.parametrize(
@@ -495,6 +650,64 @@ def test_devices_come_from_the_run_in_every_xdist_worker(pytester):
     pytester.makepyfile(test_marked_first=_MARKED_FIRST, test_fixture_first=_FIXTURE_FIRST)
     result = pytester.runpytest_subprocess("-n", "2", timeout=180)
     result.assert_outcomes(passed=6)
+
+
+_ONE_HOST_POD = f"""
+import os
+
+import tensorflow as tf
+
+
+def _children():
+    mine = str(os.getpid())
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{{name}}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[1] == mine:
+                    found.append(int(name))
+        except OSError:  # Gone meanwhile.
+            pass
+    return found
+
+
+def test_pod_on_one_host(tpu_strategy, tpu_resolver):
+    assert (tpu_resolver.topology_name, tpu_resolver.num_hosts) == ("{POD}", 1)
+    assert tpu_resolver.pod is None and tpu_resolver.master() == ""
+    assert tpu_strategy.num_replicas_in_sync == {POD_CORES}
+    extended = tpu_strategy.extended
+    assert (extended.num_hosts, extended.num_replicas_per_host) == (1, {POD_CORES})
+
+    @tf.function
+    def step():
+        def replica():
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce("SUM", context.replica_id_in_sync_group)
+
+        return tpu_strategy.run(replica)
+
+    summed = [int(v) for v in tpu_strategy.experimental_local_results(step())]
+    assert summed == [{sum(range(POD_CORES))}] * {POD_CORES}
+    # The cores are this process's virtual devices; no host process started.
+    assert len(tf.config.list_logical_devices("CPU")) == {POD_CORES}
+    assert _children() == []
+"""
+
+
+def test_a_pod_on_one_host_runs_its_replicas_in_the_test_process(pytester):
+    pytester.makepyfile(test_pod_on_one_host=_ONE_HOST_POD)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:xdist", f"--fake-tpu-topology={POD}", "--fake-tpu-hosts=1", timeout=180
+    )
+    result.stdout.fnmatch_lines(
+        [
+            f"compat_distribute: tpu=fake ({POD} on 1 host, {POD_CORES} cores on CPU), "
+            "tf-devices=as the tests need",
+            f"compat_distribute: {POD_CORES} logical CPU devices, as the tests need (the fake "
+            f"TPU has {POD_CORES} cores)",
+        ]
+    )
+    result.assert_outcomes(passed=1)
 
 
 def test_tensorflow_started_during_collection_says_to_pass_the_count(pytester):

@@ -92,15 +92,18 @@ def _two_cores_per_replica(topology):
     )
 
 
-def fake_tpu_target(topology, steps_per_run):
+def fake_tpu_target(topology, steps_per_run, hosts=None):
     """The fake TPU of `compat_distribute.testing` on virtual CPU devices.
 
-    Creates the virtual devices it needs, so call it before TensorFlow starts.
+    `hosts`: None or a pod preset's own count runs a pod's hosts as processes;
+    1 puts every core in this process. Creates the virtual devices it needs,
+    so call it before TensorFlow starts.
     """
     from compat_distribute import tpu  # pylint: disable=g-import-not-at-top
     from compat_distribute.testing import _fake_tpu  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing import _tpu_backend  # pylint: disable=g-import-not-at-top
 
-    resolver = _fake_tpu.FakeTPUClusterResolver(topology)
+    resolver = _fake_tpu.FakeTPUClusterResolver(topology, hosts=hosts)
     strategy = tpu.TPUStrategy(resolver, steps_per_run=steps_per_run)
     cores = resolver.num_cores
     where = (
@@ -108,16 +111,17 @@ def fake_tpu_target(topology, steps_per_run):
         if resolver.pod is None
         else f"{resolver.num_hosts} host processes"
     )
+    name = _tpu_backend.fake_name(topology, resolver.num_hosts)
     split = _split_strategy(
         resolver, lambda: _fake_tpu.initialize_tpu_system(resolver), steps_per_run
     )
     return Target(
         strategy=strategy,
-        device=f"fake TPU {topology} ({cores} cores on {where})",
+        device=f"fake TPU {name} ({cores} cores on {where})",
         replicas=cores,
         steps_per_run=steps_per_run,
         split_strategy=split if cores >= 2 else None,
-        info={"hardware": "fake_tpu", "topology": topology},
+        info={"hardware": "fake_tpu", "topology": topology, "hosts": resolver.num_hosts},
     )
 
 
@@ -164,25 +168,29 @@ def gpu_target(steps_per_run):
     )
 
 
-def auto_target(steps_per_run, topology=DEFAULT_TOPOLOGY, *, timeout=None):
-    """A TPU if one is here, else the local GPUs, else the fake TPU."""
+def auto_target(steps_per_run, topology=DEFAULT_TOPOLOGY, *, hosts=None, timeout=None):
+    """A TPU if one is here, else the local GPUs, else the fake TPU (of `topology`
+    on `hosts`)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from compat_distribute.testing import _tpu_backend  # pylint: disable=g-import-not-at-top
 
     kwargs = {} if timeout is None else {"timeout": timeout}
-    backend = _tpu_backend.choose_backend("auto", topology=topology, **kwargs)
+    backend = _tpu_backend.choose_backend("auto", topology=topology, hosts=hosts, **kwargs)
     if backend.is_real:
         return _real_tpu_target(backend, steps_per_run)
     if tf.config.list_physical_devices("GPU"):
         return gpu_target(steps_per_run)
-    return fake_tpu_target(topology, steps_per_run)
+    return fake_tpu_target(topology, steps_per_run, hosts)
 
 
-def target_for(tpu, steps_per_run, *, topology=DEFAULT_TOPOLOGY, timeout=None):
-    """The `Target` for a `--tpu` value: "fake", "auto" or a TPU name."""
+def target_for(tpu, steps_per_run, *, topology=DEFAULT_TOPOLOGY, hosts=None, timeout=None):
+    """The `Target` for a `--tpu` value: "fake", "auto" or a TPU name.
+
+    `topology` and `hosts` (None: the topology's own count) shape the fake.
+    """
     if tpu == "fake":
-        return fake_tpu_target(topology, steps_per_run)
+        return fake_tpu_target(topology, steps_per_run, hosts)
     if tpu == "auto":
-        return auto_target(steps_per_run, topology, timeout=timeout)
+        return auto_target(steps_per_run, topology, hosts=hosts, timeout=timeout)
     return tpu_target(tpu, steps_per_run, timeout=timeout)

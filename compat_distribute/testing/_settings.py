@@ -10,8 +10,10 @@ An empty environment variable or ini value counts as not set. The device
 count has one more place, between the ini key and the default: JAX's
 `XLA_FLAGS=--xla_force_host_platform_device_count=N` (TensorFlow itself ignores
 it). The pytest plugin reads all the places; `compat_distribute.testing.TestCase`
-(absltest) reads the environment and the defaults. Nothing here imports
-TensorFlow unless a topology is given or asked for (the fake TPU's presets).
+(absltest) reads the environment and the defaults. A host count, once every
+setting is read, must be one the topology has (the fake's own rule: 1, or a pod
+preset's own count). Nothing here imports TensorFlow (the fake TPU's presets,
+read for a topology or a host count, import numpy).
 """
 
 import dataclasses
@@ -40,19 +42,43 @@ class _Invalid(ValueError):
         self.fix = fix
 
 
-def _device_count(raw):
+def _count(raw, most):
+    """The positive int `raw` says; None when it is above `most`."""
     digits = raw.strip().lstrip("0") if isinstance(raw, str) else ""
     if not (digits.isascii() and digits.isdigit()):
         raise _Invalid("expected a positive integer")
     # Count the digits first: a huge count is refused without converting it.
-    if len(digits) > len(str(devices.MAX_DEVICES)) or int(digits) > devices.MAX_DEVICES:
+    if len(digits) > len(str(most)) or int(digits) > most:
+        return None
+    return int(digits)
+
+
+def _device_count(raw):
+    count = _count(raw, devices.MAX_DEVICES)
+    if count is None:
         raise _Invalid(
             f"expected at most {devices.MAX_DEVICES} devices (the most one process gets, "
             f"compat_distribute.testing.devices.MAX_DEVICES)",
             "Ask for what the tests need: the fake TPU's core count, or the n of the "
             "largest multi_device(n).",
         )
-    return int(digits)
+    return count
+
+
+def _host_count(raw):
+    # Bounded by the largest preset; which counts fit is checked against the
+    # topology once every setting is read (`_check_hosts`).
+    from compat_distribute.testing._fake_tpu import PRESETS  # numpy, not TensorFlow
+
+    most = max(preset.hosts for preset in PRESETS.values())
+    count = _count(raw, most)
+    if count is None:
+        raise _Invalid(
+            f"expected at most {most} hosts (the most of any fake TPU preset)",
+            "A fake TPU runs on 1 host (every core in one process) or on its "
+            "preset's own hosts (v3-32: 4).",
+        )
+    return count
 
 
 def _tpu(raw):
@@ -154,6 +180,17 @@ OPTIONS = (
         metavar="TOPOLOGY",
     ),
     Option(
+        name="fake_tpu_hosts",
+        flag="--fake-tpu-hosts",
+        env="COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS",
+        parse=_host_count,
+        default=None,  # The topology's own host count.
+        help="host processes of the fake TPU: 1 puts every core of a pod preset (e.g. "
+        "v3-32) in the test process, as virtual devices; a pod preset's own count "
+        "(v3-32: 4) runs a host process each (default: the topology's own count)",
+        metavar="N",
+    ),
+    Option(
         name="fake_tpu_strict",
         flag="--fake-tpu-strict",
         env="COMPAT_DISTRIBUTE_FAKE_TPU_STRICT",
@@ -172,6 +209,7 @@ class Settings:
     tf_devices: int | None
     tpu: str
     given_topology: str | None  # None: the fake's DEFAULT_TOPOLOGY
+    given_hosts: int | None  # None: the topology's own host count
     fake_tpu_strict: bool
     sources: tuple  # ((name, source), ...)
 
@@ -183,6 +221,15 @@ class Settings:
         from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
 
         return DEFAULT_TOPOLOGY
+
+    @property
+    def fake_tpu_hosts(self):
+        """The fake TPU's hosts: the given count, else its topology's own."""
+        if self.given_hosts is not None:
+            return self.given_hosts  # `read` checked it fits (the message shows it)
+        from compat_distribute.testing._fake_tpu import topologies
+
+        return topologies.host_count(self.fake_tpu_topology, None)
 
     def source(self, name):
         return dict(self.sources).get(name, DEFAULT_SOURCE)
@@ -234,7 +281,26 @@ def read(cli=None, env=None, ini=None, ini_path=None):
             values[option.name] = option.default
             sources.append((option.name, DEFAULT_SOURCE))
     values["given_topology"] = values.pop("fake_tpu_topology")
-    return Settings(**values, sources=tuple(sources))
+    values["given_hosts"] = values.pop("fake_tpu_hosts")
+    settings = Settings(**values, sources=tuple(sources))
+    _check_hosts(settings)
+    return settings
+
+
+def _check_hosts(settings):
+    """Raises `SettingError` when a given host count does not fit the topology."""
+    if settings.given_hosts is None:
+        return
+    from compat_distribute.testing._fake_tpu import topologies  # numpy, not TensorFlow
+
+    try:  # The fake's own check, in its words.
+        topologies.host_count(settings.fake_tpu_topology, settings.given_hosts)
+    except ValueError as e:
+        raise SettingError(
+            f"{settings.shown('fake_tpu_hosts')} does not fit --fake-tpu-topology="
+            f"{settings.fake_tpu_topology} (from {settings.source('fake_tpu_topology')}): "
+            f"{e} Leave --fake-tpu-hosts unset (None) for the topology's own count."
+        ) from None
 
 
 def from_environment(environ):
@@ -250,7 +316,8 @@ def check_devices_hold_fake(settings, fake_cores):
     """
     if settings.tf_devices is None or settings.tf_devices >= fake_cores:
         return
-    from compat_distribute.testing._fake_tpu import TOPOLOGIES  # numpy, not TensorFlow
+    from compat_distribute.testing._fake_tpu import PRESETS  # numpy, not TensorFlow
+    from compat_distribute.testing._fake_tpu import TOPOLOGIES
 
     fitting = [name for name, mesh in TOPOLOGIES.items() if math.prod(mesh) <= settings.tf_devices]
     instead = (
@@ -259,9 +326,14 @@ def check_devices_hold_fake(settings, fake_cores):
         if fitting
         else ""
     )
+    on_one_host = ""
+    own_hosts = PRESETS[settings.fake_tpu_topology].hosts
+    if own_hosts > 1:  # A pod on one host; its own hosts would hold the cores instead.
+        on_one_host = f" with {settings.shown('fake_tpu_hosts')}"
+        instead += f", or --fake-tpu-hosts={own_hosts} (its cores on host processes)"
     raise SettingError(
         f"{settings.shown('tf_devices')} is fewer devices than the {fake_cores} cores of "
         f"the fake TPU's topology {settings.fake_tpu_topology} (from "
-        f"{settings.source('fake_tpu_topology')}), which needs one device per core. Pass "
-        f"--tf-devices={fake_cores} or more{instead}."
+        f"{settings.source('fake_tpu_topology')}){on_one_host}, which needs one device per "
+        f"core. Pass --tf-devices={fake_cores} or more{instead}."
     )

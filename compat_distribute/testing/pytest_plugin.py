@@ -6,21 +6,25 @@ environment variable and an ini key:
     --tf-devices=N           COMPAT_DISTRIBUTE_TF_DEVICES         tf_devices
     --tpu=fake|auto|NAME     COMPAT_DISTRIBUTE_TPU                tpu
     --fake-tpu-topology=T    COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY  fake_tpu_topology
+    --fake-tpu-hosts=N       COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS     fake_tpu_hosts
     --[no-]fake-tpu-strict   COMPAT_DISTRIBUTE_FAKE_TPU_STRICT    fake_tpu_strict
 
 Precedence: command line > environment variable > ini key > default (for the
 device count, JAX's XLA_FLAGS=--xla_force_host_platform_device_count=N comes
 between the ini key and the default). An empty environment variable or ini
 value counts as not set. A bad value stops the session with a
-`pytest.UsageError` naming the option, the value and its source; so does a
+`pytest.UsageError` naming the option, the value and its source; so do a
+host count the topology does not have (1 or a pod preset's own count) and a
 device count below the fake TPU's cores.
 
 Devices are configured once per process, before any test runs, never from
 which test comes first: a given count (`--tf-devices=N`) in `pytest_configure`,
 before collection imports TensorFlow; otherwise, once collection is done, as
 many as the selected tests need: the fake TPU's cores when a test uses the
-harness's strategy fixtures, and the largest n of `multi_device(n)`. Each
-pytest-xdist worker collects every test, so each one reaches the same count.
+harness's strategy fixtures (a pod preset's too with `--fake-tpu-hosts=1`;
+on its own hosts a pod needs none here), and the largest n of
+`multi_device(n)`. Each pytest-xdist worker collects every test, so each one
+reaches the same count.
 A run that needs nothing leaves TensorFlow alone: no devices, no TPU probe,
 and, with no setting given, no header line. `--tpu` is resolved in
 `pytest_configure` too (see `_tpu_backend`): a NAME that cannot be reached
@@ -224,7 +228,7 @@ def pytest_report_header(config):
 
 def _fake_cores(config):
     """The fake TPU's cores on this process's devices; 0 when the TPU is real, is
-    a pod (its hosts hold the cores) or cannot be used."""
+    a pod on its own hosts (they hold the cores) or cannot be used."""
     backend = config.stash.get(_BACKEND, None)
     if backend is None:
         backend = config.stash[_BACKEND] = _choose_backend(config, config.stash[_SETTINGS])

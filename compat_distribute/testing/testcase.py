@@ -3,8 +3,10 @@
 For absltest / unittest users; the pytest plugin gives pytest users the same
 through fixtures. Settings come from the plugin's environment variables
 (COMPAT_DISTRIBUTE_TF_DEVICES, COMPAT_DISTRIBUTE_TPU,
-COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY, COMPAT_DISTRIBUTE_FAKE_TPU_STRICT), else
-their defaults (the fake TPU's default topology, devices left alone):
+COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY, COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS,
+COMPAT_DISTRIBUTE_FAKE_TPU_STRICT), else their defaults (the fake TPU's default
+topology on its own hosts, devices left alone). COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS=1
+puts a pod preset's cores (v3-32: 32) in this process:
 
     class MyTest(compat_distribute.testing.TestCase):
 
@@ -27,14 +29,15 @@ from compat_distribute.testing import devices
 class TestCase(tf.test.TestCase):
     """A `tf.test.TestCase` whose class builds one TPU-or-fake strategy, on first use.
 
-    `setUpClass` reads the settings (a bad value raises `ValueError` naming the
-    environment variable) and splits the CPU when COMPAT_DISTRIBUTE_TF_DEVICES
-    (or XLA_FLAGS' --xla_force_host_platform_device_count) asks for it; a count
-    below the fake TPU's cores raises `ValueError` when the TPU is first used.
-    `tpu_resolver` and `tpu_strategy` are built on first use and
-    shared by the class's tests. A TPU named by COMPAT_DISTRIBUTE_TPU must be
-    reachable: otherwise `tpu_resolver` raises `TPUUnreachableError` rather than
-    fall back to the fake.
+    `setUpClass` reads the settings (a bad value, or a host count the topology
+    does not have, raises `ValueError` naming the environment variable) and
+    splits the CPU when COMPAT_DISTRIBUTE_TF_DEVICES (or XLA_FLAGS'
+    --xla_force_host_platform_device_count) asks for it; a count below the
+    fake TPU's cores raises `ValueError` when the TPU is first used.
+    `tpu_resolver` and `tpu_strategy` are built on first use and shared by the
+    class's tests (a pod on its own hosts by every class of the process). A TPU
+    named by COMPAT_DISTRIBUTE_TPU must be reachable: otherwise `tpu_resolver`
+    raises `TPUUnreachableError` rather than fall back to the fake.
     """
 
     @classmethod
