@@ -23,13 +23,24 @@ def attach(package, exports):
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module), name)
-        setattr(sys.modules[package], name, value)  # later lookups skip this hook
+        _cache(package, name, value)
         return value
 
     def __dir__():  # pylint: disable=invalid-name
         return sorted(set(vars(sys.modules[package])) | set(where))
 
     return __getattr__, __dir__, tuple(sorted(where))
+
+
+def _cache(module_name, name, value):
+    """Sets `name` on the module, so later lookups skip its `__getattr__`.
+
+    A module can be looked up after it left `sys.modules` (pytester's in-process
+    runs restore `sys.modules` afterwards): then the value is simply not cached.
+    """
+    module = sys.modules.get(module_name)
+    if module is not None:
+        setattr(module, name, value)
 
 
 def load(target):
@@ -49,7 +60,7 @@ def adapter(module_name, internals):
         if target is None:
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
         value = load(target)
-        setattr(sys.modules[module_name], name, value)
+        _cache(module_name, name, value)
         return value
 
     return __getattr__

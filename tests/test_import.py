@@ -63,3 +63,19 @@ def test_import_and_the_pytest_plugin_import_no_tensorflow(run_python):
         "FakeTPUClusterResolver",
         "module 'compat_distribute' has no attribute 'NoSuchName'",
     ]
+
+
+def test_lazy_names_resolve_after_their_module_left_sys_modules(run_python):
+    # pytester's in-process runs restore sys.modules afterwards, dropping the
+    # modules they imported first; names looked up later must still resolve.
+    result = run_python(
+        """
+import sys
+import compat_distribute
+from compat_distribute import _tf
+del sys.modules["compat_distribute._tf"], sys.modules["compat_distribute"]
+print(_tf.MirroredExtended.__name__, compat_distribute.MultiWorkerMirroredStrategy.__name__)
+"""
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["MirroredExtended", "MultiWorkerMirroredStrategy"]
