@@ -78,12 +78,6 @@ def _two_cores_per_replica(topology):
     """A device assignment of `topology` with replicas of two adjacent cores."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    if topology.num_tasks > 1:
-        # A pod: pairs of a host's consecutive cores (a chip's two cores, or
-        # two neighbouring chips), host by host, as a fake pod runs replicas.
-        coordinates = topology.device_coordinates.tolist()
-        pairs = [host[i : i + 2] for host in coordinates for i in range(0, len(host), 2)]
-        return tf.tpu.experimental.DeviceAssignment(topology, pairs)
     # Two cores of one chip where chips have two (v2, v3), else two chips.
     shape = [1, 1, 1, 2] if topology.mesh_shape[-1] >= 2 else [2, 1, 1, 1]
     cores = topology.num_tasks * topology.num_tpus_per_task
