@@ -111,7 +111,8 @@ def pod(checkpoint_dir):
     out["start_s"] = time.monotonic() - started
     host_pids = fake.pod.pids
     out["host_pids"] = host_pids
-    out["host_processes_are_children"] = sorted(host_pids) == _descendants()
+    relay = [fake.pod.relay_pid] if fake.pod.relay_pid else []  # None on the host network
+    out["host_processes_are_children"] = sorted(host_pids + relay) == _descendants()
     cluster_dir = fake.pod.directory
 
     # What TPU pod code does, unmodified.

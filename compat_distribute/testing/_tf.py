@@ -44,6 +44,8 @@ INTERNALS = {
     "get_all_registered_kernels": "tensorflow.python.framework.kernels:get_all_registered_kernels",
     # Fake TPU pods
     "is_device_list_single_worker": f"{_DISTRIBUTE}.mirrored_strategy:_is_device_list_single_worker",
+    # Pod hosts' network: the client's own server, which the hosts call back.
+    "get_server_def": "tensorflow.python.eager.context:get_server_def",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
