@@ -260,3 +260,17 @@ def serve_until_exit(argv, conn):
         pass
     print("exiting", flush=True)
     return 7
+
+
+def ignore_exit(argv, conn):
+    """A task main that says Ready, then ignores Exit (blocked reading its
+    connection, as a main stuck in a call is); with --ignore-sigterm it also
+    ignores SIGTERM."""
+    from compat_distribute.testing.cluster import protocol
+
+    if "--ignore-sigterm" in argv:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("ready, deaf to Exit", flush=True)
+    conn.send(protocol.Ready(os.getpid()))
+    while True:
+        conn.recv()
