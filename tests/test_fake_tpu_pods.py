@@ -497,3 +497,18 @@ def test_a_killed_relay_is_named_and_fails_the_next_step(network_run):
 def test_stopping_a_pod_leaves_no_host_relay_directory_or_listener(network_run):
     assert network_run["after_stop"] == [[], [], False, {}]
     assert network_run["after_relay_stop"] == []
+
+
+def test_a_pod_network_the_harness_does_not_know_is_refused(monkeypatch):
+    from compat_distribute.testing import FakeTPUClusterResolver
+
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_POD_NETWORK", "loopback")
+    with pytest.raises(ValueError) as raised:
+        FakeTPUClusterResolver("v4-16")
+    assert str(raised.value).startswith(
+        "$COMPAT_DISTRIBUTE_POD_NETWORK: network must be one of 'private', 'host', 'auto'; "
+        "got 'loopback' (str)."
+    )
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_POD_NETWORK", "host")
+    resolver = FakeTPUClusterResolver("v4-16")
+    assert resolver.pod.running is False and resolver.pod.relay_pid is None

@@ -12,6 +12,7 @@ TensorFlow's UnavailableError, which names its task, instead of hanging.
 """
 
 import math
+import os
 import sys
 import threading
 
@@ -19,8 +20,12 @@ import tensorflow as tf
 
 from compat_distribute.testing import _tf
 from compat_distribute.testing.cluster import host as host_lib
+from compat_distribute.testing.cluster import netns
 
 JOB = "worker"
+# Where the hosts' servers listen: "auto" (a private network reached through a
+# relay, where the platform allows), "private" or "host" (see LocalServers).
+NETWORK_ENV = "COMPAT_DISTRIBUTE_POD_NETWORK"
 # Seconds the hosts may take to start (each imports TensorFlow).
 START_TIMEOUT_S = 120
 # How often the watchdog looks at the hosts.
@@ -35,16 +40,24 @@ def _client_port():
 
 
 def for_slice(name, mesh, hosts, device_type):
-    """A new `FakePod` (not started) for a slice of `hosts` > 1 hosts; None for one host."""
+    """A new `FakePod` (not started) for a slice of `hosts` > 1 hosts; None for one host.
+
+    Its network is $COMPAT_DISTRIBUTE_POD_NETWORK ("auto" when unset).
+    """
     if hosts == 1:
         return None
+    network = os.environ.get(NETWORK_ENV, "auto")
+    try:
+        netns.check(network)
+    except ValueError as e:
+        raise ValueError(f"${NETWORK_ENV}: {e}") from None
     if device_type != "CPU":
         raise ValueError(
             f"device_type must be 'CPU' for the pod {name!r} (its hosts' cores are CPU "
             f"devices of server processes); got {device_type!r}. Pass hosts=1 for every "
             f"core in this process."
         )
-    return FakePod(name, hosts, math.prod(mesh) // hosts)
+    return FakePod(name, hosts, math.prod(mesh) // hosts, network=network)
 
 
 class FakePod:
