@@ -87,6 +87,9 @@ class LocalServers(LocalCluster):
             conn.send(protocol.Forward(port, len(sockets)))
             with socket.socket(fileno=os.dup(conn.fileno())) as carrier:
                 socket.send_fds(carrier, [b"s"], [s.fileno() for s in sockets])
+        except OSError:
+            self.check()  # Names the relay (or a host) that died.
+            raise
         finally:
             for s in sockets:  # The relay has its own copies.
                 s.close()

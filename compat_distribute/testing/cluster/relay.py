@@ -63,30 +63,22 @@ class _Link:
         buffer = bytearray(_CHUNK)
         view = memoryview(buffer)
         try:
-            while True:
-                size = source.recv_into(buffer)
-                if not size:
-                    break
+            while size := source.recv_into(buffer):
                 sink.sendall(view[:size])
-        except OSError:  # Reset by either end.
-            pass
-        finally:
-            self._end()
-
-    def _end(self):
-        # Either end leaving ends both directions (gRPC never half-closes);
-        # the last direction out closes the sockets.
-        for s in self._sockets:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        with self._lock:
-            self._open_directions -= 1
-            last = self._open_directions == 0
-        if last:
+            sink.shutdown(socket.SHUT_WR)  # Passes the end of this direction on.
+        except OSError:  # Reset by either end: both directions end.
             for s in self._sockets:
-                s.close()
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        finally:
+            with self._lock:
+                self._open_directions -= 1
+                last = self._open_directions == 0
+            if last:  # The last direction out closes the sockets.
+                for s in self._sockets:
+                    s.close()
 
 
 def _accept(listener, port, connect):
