@@ -16,8 +16,9 @@ as 0 in that user namespace, with no more rights on the host than the caller),
 held by file descriptors of this process, and entered by each task with
 `nsenter`; it disappears with the last task once the cluster stops.
 `network="auto"` (the default) is private where that works and otherwise host, with a warning saying why;
-`network="host"` runs the tasks in this process's namespace (needed when this
-process itself must reach their servers).
+`network="host"` runs the tasks in this process's namespace. A process that
+must itself reach the servers (a pod's client) does so through a relay (see
+`relay`), which `host.LocalServers` launches into the namespace.
 """
 
 import os
