@@ -512,3 +512,24 @@ def test_a_pod_network_the_harness_does_not_know_is_refused(monkeypatch):
     monkeypatch.setenv("COMPAT_DISTRIBUTE_POD_NETWORK", "host")
     resolver = FakeTPUClusterResolver("v4-16")
     assert resolver.pod.running is False and resolver.pod.relay_pid is None
+
+
+def test_a_pod_without_a_private_network_warns_and_runs_its_hosts_on_the_host_network(
+    monkeypatch,
+):
+    from compat_distribute.testing._fake_tpu.pod import FakePod
+    from compat_distribute.testing.cluster import netns
+
+    monkeypatch.setattr(netns, "support", lambda: "unshare and nsenter (util-linux) not found on PATH")
+    pod = FakePod("v4-16", 2, 4)
+    with pytest.warns(RuntimeWarning) as warned:
+        assert pod.network == "host"
+        assert pod.network == "host"  # Resolved once: one warning.
+    assert [str(w.message) for w in warned] == [
+        "fake TPU pod v4-16 runs its hosts on the host network: no private network namespace "
+        "here (unshare and nsenter (util-linux) not found on PATH). Their gRPC servers listen "
+        "on all interfaces, since TensorFlow binds 0.0.0.0. Set "
+        "$COMPAT_DISTRIBUTE_POD_NETWORK=host to accept that without this warning."
+    ]
+    assert FakePod("v4-16", 2, 4, network="host").network == "host"
+    assert not pod.running and pod.pids == []

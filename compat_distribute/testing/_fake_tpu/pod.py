@@ -46,17 +46,16 @@ def for_slice(name, mesh, hosts, device_type):
     """
     if hosts == 1:
         return None
-    network = os.environ.get(NETWORK_ENV, "auto")
-    try:
-        netns.check(network)
-    except ValueError as e:
-        raise ValueError(f"${NETWORK_ENV}: {e}") from None
     if device_type != "CPU":
         raise ValueError(
             f"device_type must be 'CPU' for the pod {name!r} (its hosts' cores are CPU "
             f"devices of server processes); got {device_type!r}. Pass hosts=1 for every "
             f"core in this process."
         )
+    try:
+        network = netns.check(os.environ.get(NETWORK_ENV, "auto"))
+    except ValueError as e:
+        raise ValueError(f"${NETWORK_ENV}: {e}") from None
     return FakePod(name, hosts, math.prod(mesh) // hosts, network=network)
 
 
@@ -84,7 +83,7 @@ class FakePod:
         self.num_hosts = hosts
         self.cores_per_host = cores_per_host
         self._start_timeout = start_timeout
-        self._network = network
+        self._network = netns.check(network)
         self._hooks = hooks
         self._servers = None
         self._connected_spec = None  # the cluster this process is connected to
@@ -125,6 +124,17 @@ class FakePod:
         return [] if self._servers is None else self._servers.pids
 
     @property
+    def network(self):
+        """ "private" (the hosts in a network of their own, reached through a
+        relay) or "host"; resolving "auto" warns where it falls back to "host"."""
+        self._network = netns.choose(
+            self._network,
+            who=f"fake TPU pod {self.name} runs its hosts",
+            opt_out=f"Set ${NETWORK_ENV}=host",
+        )
+        return self._network
+
+    @property
     def relay_pid(self):
         """The process that relays this process's connections to the hosts (None
         on the host network, or stopped)."""
@@ -144,7 +154,7 @@ class FakePod:
             self.num_hosts,
             devices_per_host=self.cores_per_host,
             start_timeout=self._start_timeout,
-            network=self._network,
+            network=self.network,
             hooks=self._hooks,
         )
         self._servers.start()

@@ -191,19 +191,25 @@ def check(network):
     return network
 
 
-def choose(network):
+def choose(
+    network,
+    *,
+    who="local_cluster(network='auto') runs its tasks",
+    opt_out="Pass network='host'",
+):
     """"private" or "host" for `network`; "auto" probes once per process and
-    warns (RuntimeWarning) when it falls back to "host"."""
+    warns (RuntimeWarning: "{who} on the host network ... {opt_out} to accept
+    that") when it falls back to "host"."""
     if network != "auto":
         return network
     answer = support()
     if not isinstance(answer, str):
         return "private"
     warnings.warn(
-        f"local_cluster(network='auto') runs its tasks on the host network: "
+        f"{who} on the host network: "
         f"no private network namespace here ({answer}). Their gRPC servers "
-        f"listen on all interfaces, since TensorFlow binds 0.0.0.0. Pass "
-        f"network='host' to accept that without this warning.",
+        f"listen on all interfaces, since TensorFlow binds 0.0.0.0. {opt_out} "
+        f"to accept that without this warning.",
         RuntimeWarning,
         stacklevel=3,
     )
