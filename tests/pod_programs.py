@@ -270,20 +270,14 @@ def hold_pod():
     print("RELAY", fake.pod.relay_pid or "none", flush=True)
     time.sleep(600)
 
-def _listening(port_set):
-    """{port: [local address, ...]} of the sockets listening on `port_set` in
-    this process's network namespace (what the machine's interfaces offer)."""
-    found = {}
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/self/net/{table}") as f:
-            for line in list(f)[1:]:
-                local, state = line.split()[1], line.split()[3]
-                address, port = local.split(":")
-                if state == "0A" and int(port, 16) in port_set:  # TCP_LISTEN
-                    if len(address) == 8:  # IPv4, little-endian
-                        address = ".".join(str(b) for b in reversed(bytes.fromhex(address)))
-                    found.setdefault(int(port, 16), []).append(address)
-    return found
+
+PROGRAMS = {"pod": pod, "one_host": one_host, "hold_pod": hold_pod}
+
+
+def _listening(ports):
+    from cluster_checks import listening
+
+    return listening(ports)
 
 
 def _machine_address():
@@ -396,12 +390,7 @@ def pod_network():
     return out
 
 
-PROGRAMS = {
-    "pod": pod,
-    "one_host": one_host,
-    "hold_pod": hold_pod,
-    "pod_network": pod_network,
-}
+PROGRAMS["pod_network"] = pod_network
 
 if __name__ == "__main__":
     name, *args = sys.argv[1:]

@@ -13,6 +13,7 @@ import cluster_tasks as tasks
 import pytest
 from cluster_checks import HOST_NETWORK
 from cluster_checks import descendants
+from cluster_checks import listening
 from cluster_checks import network_namespace_users
 
 from compat_distribute.testing.cluster import ClusterError
@@ -109,21 +110,6 @@ def test_without_a_private_network_private_fails_and_auto_warns(monkeypatch):
 # -- LocalServers: servers in a private network, reached through a relay ------
 
 
-def _listening(ports):
-    """{port: [address, ...]} of this namespace's listening sockets on `ports`."""
-    found = {}
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/self/net/{table}") as f:
-            for line in list(f)[1:]:
-                fields = line.split()
-                address, port = fields[1].split(":")
-                if fields[3] == "0A" and int(port, 16) in ports:  # TCP_LISTEN
-                    if len(address) == 8:  # IPv4, little-endian
-                        address = ".".join(str(b) for b in reversed(bytes.fromhex(address)))
-                    found.setdefault(int(port, 16), []).append(address)
-    return found
-
-
 def _first_frame_type(address):
     """The type of the first HTTP/2 frame a gRPC server sends back to a client
     preface (4: SETTINGS), or None when the connection closes first."""
@@ -181,7 +167,7 @@ def test_servers_in_a_private_network_are_reached_through_the_relay_only(user, m
         assert descendants() >= {relay, *hosts}
         # Here only the relay's sockets listen on the hosts' ports, on 127.0.0.1;
         # through them each gRPC server answers an HTTP/2 client.
-        assert _listening(set(ports)) == {p: ["127.0.0.1"] for p in ports}
+        assert listening(set(ports)) == {p: ["127.0.0.1"] for p in ports}
         assert [_first_frame_type(a) for a in addresses] == [4, 4]
         # And back: a server of this process, reached from inside at its own port.
         with socket.create_server(("127.0.0.1", 0)) as listener:
@@ -202,5 +188,5 @@ def test_servers_in_a_private_network_are_reached_through_the_relay_only(user, m
     finally:
         servers.stop()
     assert [p for p in [relay, *hosts] if os.path.exists(f"/proc/{p}")] == []
-    assert _listening(set(ports)) == {}
+    assert listening(set(ports)) == {}
     assert network_namespace_users(namespace) == []
