@@ -88,9 +88,13 @@ def _started(hooks):
     return directory, task
 
 
-@pytest.mark.parametrize("graceful", [True, False], ids=["stop", "teardown-after-a-fault"])
-def test_a_task_that_ignores_exit_ends_on_sigterm(temp_dir, graceful):
-    directory, task = _started(_deaf_task())
+@pytest.mark.parametrize(
+    "graceful, flags",
+    [(True, ()), (False, ()), (True, ("--blocked-in-c",))],
+    ids=["stop", "teardown-after-a-fault", "stop-while-blocked-in-c"],
+)
+def test_a_task_that_ignores_exit_ends_on_sigterm(temp_dir, graceful, flags):
+    directory, task = _started(_deaf_task(*flags))
     start = time.monotonic()
     try:
         task_lib.stop_all([task], graceful=graceful)

@@ -57,17 +57,21 @@ def _exit_when_orphaned(parent):
 if os.getppid() != int(parent):
     os._exit(70)
 threading.Thread(target=_exit_when_orphaned, args=(int(parent),), daemon=True).start()
-def _on_sigterm(signum, frame):
-    pass  # Its byte on the wakeup fd wakes the thread below.
-def _end_on_sigterm(wakeup):
-    while signal.SIGTERM not in os.read(wakeup, 64):
-        pass
-    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
-        return  # The main installed a handler of its own: SIGTERM is its business.
+_ending = threading.Lock()
+def _end():
+    if not _ending.acquire(blocking=False):
+        return  # The handler or the thread below is ending the task already.
     sys.stdout.flush()
     sys.stderr.write(f"pid {os.getpid()} got SIGTERM: it ends now.\\n")
     sys.stderr.flush()
     os._exit(%(sigterm_exit_code)d)
+def _on_sigterm(signum, frame):
+    _end()  # Runs when the main thread runs Python; else the thread below acts.
+def _end_on_sigterm(wakeup):
+    while signal.SIGTERM not in os.read(wakeup, 64):
+        pass
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        _end()  # Else the main installed a handler of its own: SIGTERM is its business.
 wakeup, woken = os.pipe()
 os.set_blocking(woken, False)
 signal.set_wakeup_fd(woken, warn_on_full_buffer=False)
@@ -82,8 +86,8 @@ import importlib
 module, _, function = main.partition(":")
 sys.exit(getattr(importlib.import_module(module), function or "main")(sys.argv[5:], conn))
 """ % {"sigterm_exit_code": report.SIGTERM_EXIT_CODE}
-# The bootstrap's watchdog thread: in every stack dump, saying nothing.
-WATCHDOG_FRAME = "_exit_when_orphaned"
+# The bootstrap's watchdog threads: in every stack dump, saying nothing.
+WATCHDOG_FRAMES = ("_exit_when_orphaned", "_end_on_sigterm")
 # How long a stack dump (SIGUSR1) may take to appear in the tasks' logs.
 STACK_DUMP_WAIT_S = 2.0
 # How long a task asked to exit (or dying) may take before it gets SIGTERM.
@@ -347,7 +351,7 @@ def dump_stacks(tasks):
 
 def _drop_watchdog(dump):
     threads = dump.strip().split("\n\n")
-    return "\n\n".join(t for t in threads if WATCHDOG_FRAME not in t)
+    return "\n\n".join(t for t in threads if not any(f in t for f in WATCHDOG_FRAMES))
 
 
 def stop_all(tasks, *, graceful):
