@@ -190,3 +190,31 @@ def test_servers_in_a_private_network_are_reached_through_the_relay_only(user, m
     assert [p for p in [relay, *hosts] if os.path.exists(f"/proc/{p}")] == []
     assert listening(set(ports)) == {}
     assert network_namespace_users(namespace) == []
+
+
+def test_a_taken_port_for_the_relay_fails_start_up_before_anything_runs():
+    from compat_distribute.testing.cluster import LaunchHooks
+    from compat_distribute.testing.cluster.host import LocalServers
+
+    if isinstance(netns.support(), str):
+        pytest.skip(f"no private network namespace on this machine: {netns.support()}")
+    before = descendants()
+    with socket.create_server(("127.0.0.1", 0)) as squatter:
+        taken = squatter.getsockname()[1]
+        fds = sorted(os.listdir("/proc/self/fd"))
+        servers = LocalServers(
+            2,
+            devices_per_host=1,
+            network="private",
+            hooks=LaunchHooks(pick_ports=lambda count: [taken] * count),
+        )
+        with pytest.raises(ClusterError) as raised:
+            servers.start()
+        # The listening sockets bound so far and the namespace were closed.
+        assert sorted(os.listdir("/proc/self/fd")) == fds
+    assert str(raised.value).startswith(
+        f"local_cluster: the relay's listening socket for 127.0.0.1:{taken} could not bind: "
+        f"[Errno 98] Address already in use. Pick a free port (or let the cluster pick)."
+    )
+    assert not servers.running and servers.relay_pid is None and descendants() <= before
+    assert servers.directory is None
