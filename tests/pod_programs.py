@@ -386,6 +386,7 @@ def pod_network():
             fake.pod.check()
         except Exception as e:  # pylint: disable=broad-except
             out["relay_check"] = [type(e).__name__, str(e).splitlines()[0], e.task_type]
+        out["hosts_after_relay"] = [p for p in fake.pod.pids if running(p)]
     out["after_relay_stop"] = _descendants()
     return out
 

@@ -483,7 +483,10 @@ def test_a_killed_host_behind_the_relay_fails_the_next_step_naming_it(network_ru
 def test_a_killed_relay_is_named_and_fails_the_next_step(network_run):
     _require_relay(network_run)
     pid, failure = network_run["relay_watchdog"]
-    assert failure == f"the relay to the hosts (relay, pid {pid}, was killed by SIGKILL)"
+    assert failure == (
+        f"the relay to the hosts (relay, pid {pid}, was killed by SIGKILL; the hosts were "
+        f"killed, since nothing can reach them)"
+    )
     assert network_run["dead_relay_step"] == "UnavailableError"
     assert network_run["dead_relay_step_s"] < 10
     assert network_run["relay_check"] == [
@@ -491,6 +494,7 @@ def test_a_killed_relay_is_named_and_fails_the_next_step(network_run):
         f"local_cluster: relay (pid {pid}) was killed by SIGKILL.",
         "relay",
     ]
+    assert network_run["hosts_after_relay"] == []
 
 
 @pytest.mark.multi_worker

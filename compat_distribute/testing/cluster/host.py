@@ -153,10 +153,11 @@ class LocalServers(LocalCluster):
         the relay's task id is None.
 
         A stopped task (SIGSTOP, a debugger) is killed: a client's calls to it
-        would wait forever, and fail once it is gone.
+        would wait forever, and fail once it is gone. Once the relay is gone
+        no one can reach the hosts: they are killed too, and it alone is named.
         """
         found = []
-        for task in self._tasks + self._helpers:
+        for task in self._helpers + self._tasks:
             code = task.exitcode()
             if code is None and task.stopped():
                 task.kill()
@@ -165,13 +166,17 @@ class LocalServers(LocalCluster):
                 what = report.exit_reason(code)
             else:
                 continue
-            task_id = None if task in self._helpers else task.task_id
-            found.append((task_id, f"{task.name}, pid {task.pid}, {what}"))
+            if task in self._helpers:
+                for host in self._tasks:
+                    host.kill()
+                what += "; the hosts were killed, since nothing can reach them"
+                return [(None, f"{task.name}, pid {task.pid}, {what}")]
+            found.append((task.task_id, f"{task.name}, pid {task.pid}, {what}"))
         return found
 
     def check(self):
-        """Raises `ClusterTaskError` naming the first host (or the relay) that died."""
-        for task in self._tasks + self._helpers:
+        """Raises `ClusterTaskError` naming the relay or the first host that died."""
+        for task in self._helpers + self._tasks:
             code = task.exitcode()
             if code is None:
                 continue
