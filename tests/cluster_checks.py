@@ -87,3 +87,19 @@ def assert_no_leaks(pids, network_namespace=None):
 def require_private_network(c):
     if c.network != "private":
         pytest.skip(f"no private network namespace on this machine: {netns.support()}")
+
+
+def listening(ports):
+    """{port: [local address, ...]} of the TCP sockets listening on `ports` in
+    this process's network namespace: what the machine's interfaces offer."""
+    found = {}
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/self/net/{table}") as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                address, port = fields[1].split(":")
+                if fields[3] == "0A" and int(port, 16) in ports:  # TCP_LISTEN
+                    if len(address) == 8:  # IPv4, little-endian
+                        address = ".".join(str(b) for b in reversed(bytes.fromhex(address)))
+                    found.setdefault(int(port, 16), []).append(address)
+    return found

@@ -260,3 +260,26 @@ def serve_until_exit(argv, conn):
         pass
     print("exiting", flush=True)
     return 7
+
+
+def ignore_exit(argv, conn):
+    """A task main that says Ready, then ignores Exit (blocked reading its
+    connection, as a main stuck in a call is); with --ignore-sigterm it also
+    ignores SIGTERM; with --blocked-in-c it waits inside a C call that never
+    returns to Python on a signal (a mutex it holds, locked again), as a main
+    waiting inside a TensorFlow op does, so no Python signal handler runs."""
+    from compat_distribute.testing.cluster import protocol
+
+    if "--ignore-sigterm" in argv:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("ready, deaf to Exit", flush=True)
+    conn.send(protocol.Ready(os.getpid()))
+    if "--blocked-in-c" in argv:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mutex = ctypes.create_string_buffer(64)  # PTHREAD_MUTEX_INITIALIZER: zeros
+        libc.pthread_mutex_lock(mutex)
+        libc.pthread_mutex_lock(mutex)  # A normal mutex locked again: waits for good.
+    while True:
+        conn.recv()

@@ -118,7 +118,8 @@ def pod(checkpoint_dir):
     out["start_s"] = time.monotonic() - started
     host_pids = fake.pod.pids
     out["host_pids"] = host_pids
-    out["host_processes_are_children"] = sorted(host_pids) == _descendants()
+    relay = [fake.pod.relay_pid] if fake.pod.relay_pid else []  # None on the host network
+    out["host_processes_are_children"] = sorted(host_pids + relay) == _descendants()
     cluster_dir = fake.pod.directory
 
     # What TPU pod code does, unmodified.
@@ -339,10 +340,134 @@ def hold_pod():
 
     fake = fake_tpu("v4-16").start()
     print("HOSTS", fake.pod.directory, *fake.pod.pids, flush=True)
+    print("RELAY", fake.pod.relay_pid or "none", flush=True)
     time.sleep(600)
 
 
 PROGRAMS = {"pod": pod, "one_host": one_host, "keras_pod": keras_pod, "hold_pod": hold_pod}
+
+
+def _listening(ports):
+    from cluster_checks import listening
+
+    return listening(ports)
+
+
+def _machine_address():
+    """This machine's first non-loopback IPv4 address, or None."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # Sends nothing: picks the route's source.
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def _connect(address, port):
+    import socket
+
+    try:
+        socket.create_connection((address, port), timeout=5).close()
+    except OSError as e:
+        return type(e).__name__
+    return "ok"
+
+
+def _step_reading_the_client(strategy):
+    """A step whose replicas all read a value on this process's device, so
+    that the hosts call this process back; returns the all-reduced values."""
+    import tensorflow as tf
+
+    with tf.device("/job:localhost/replica:0/task:0/device:CPU:0"):
+        base = tf.constant(100.0)
+
+    @tf.function
+    def step():
+        def replica():
+            context = tf.distribute.get_replica_context()
+            mine = base + tf.cast(context.replica_id_in_sync_group, tf.float32)
+            return context.all_reduce("SUM", mine)
+
+        return strategy.run(replica)
+
+    return lambda: [float(v) for v in strategy.experimental_local_results(step())]
+
+
+def pod_network():
+    """A v4-16 (2 hosts) on the default network: where its servers listen, a
+    step that reads a value of this process on the hosts, a killed host, a
+    killed relay, and what stopping leaves."""
+    import tensorflow as tf
+
+    from compat_distribute.testing import fake_tpu
+
+    out = {}
+    fake = fake_tpu("v4-16").start()
+    host_pids, relay_pid = fake.pod.pids, fake.pod.relay_pid
+    out["relay"] = relay_pid is not None
+    if relay_pid is None:  # The host network: the tests skip.
+        fake.stop()
+        return out
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
+    tf.config.experimental_connect_to_cluster(resolver)
+    ports = [int(a.rsplit(":", 1)[1]) for a in resolver.cluster_spec().as_dict()["worker"]]
+    strategy = tf.distribute.TPUStrategy(resolver)
+    out["listening"] = {str(p): a for p, a in sorted(_listening(set(ports)).items())}
+    machine = _machine_address()
+    out["machine_address"] = machine
+    out["from_the_machine_address"] = [_connect(machine, p) for p in ports] if machine else []
+    own = os.readlink("/proc/self/ns/net")
+    out["namespaces"] = [os.readlink(f"/proc/{p}/ns/net") != own for p in host_pids + [relay_pid]]
+    step = _step_reading_the_client(strategy)
+    out["all_reduce"] = step()
+    out["children"] = sorted(host_pids + [relay_pid]) == _descendants()
+
+    os.kill(host_pids[1], signal.SIGKILL)
+    time.sleep(1.0)
+    out["watchdog"] = fake.pod.failure
+    failed_at = time.monotonic()
+    try:
+        step()
+    except Exception as e:  # pylint: disable=broad-except
+        out["dead_host_step"] = [type(e).__name__, "/job:worker/replica:0/task:1/" in str(e)]
+    out["dead_host_step_s"] = time.monotonic() - failed_at
+    cluster_dir = fake.pod.directory
+    fake.stop()
+    out["after_stop"] = [
+        [p for p in host_pids + [relay_pid] if os.path.exists(f"/proc/{p}")],
+        _descendants(),
+        os.path.exists(cluster_dir),
+        _listening(set(ports)),
+    ]
+
+    # The relay dies: no host can be reached, and the watchdog says why.
+    with fake:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
+        tf.config.experimental_connect_to_cluster(resolver)
+        step = _step_reading_the_client(tf.distribute.TPUStrategy(resolver))
+        relay_pid = fake.pod.relay_pid
+        os.kill(relay_pid, signal.SIGKILL)
+        time.sleep(1.0)
+        out["relay_watchdog"] = [relay_pid, fake.pod.failure]
+        failed_at = time.monotonic()
+        try:
+            step()
+        except Exception as e:  # pylint: disable=broad-except
+            out["dead_relay_step"] = type(e).__name__
+        out["dead_relay_step_s"] = time.monotonic() - failed_at
+        try:
+            fake.pod.check()
+        except Exception as e:  # pylint: disable=broad-except
+            out["relay_check"] = [type(e).__name__, str(e).splitlines()[0], e.task_type]
+        out["hosts_after_relay"] = [p for p in fake.pod.pids if running(p)]
+    out["after_relay_stop"] = _descendants()
+    return out
+
+
+PROGRAMS["pod_network"] = pod_network
 
 if __name__ == "__main__":
     name, *args = sys.argv[1:]

@@ -2,13 +2,16 @@
 such as a long-lived server, and leaves nothing behind."""
 
 import os
+import signal
 import sys
 import tempfile
+import time
 
 import pytest
 from cluster_checks import running
 
 from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import task as task_lib
 from compat_distribute.testing.cluster import workdir as workdir_lib
 from compat_distribute.testing.cluster.hooks import LaunchHooks
@@ -54,3 +57,89 @@ def test_a_task_runs_a_long_lived_main_until_told_to_exit(temp_dir):
         directory.remove()
     assert not running(server.pid)
     assert os.listdir(temp_dir) == []
+
+
+# -- Stopping: Exit, then SIGTERM, then SIGKILL --------------------------------
+
+
+def _deaf_task(*flags):
+    """LaunchHooks that run `cluster_tasks:ignore_exit` in place of the task's main."""
+
+    def command(spec, argv):
+        main = argv.index(spec.main)
+        return argv[:main] + ["cluster_tasks:ignore_exit", *flags]
+
+    return LaunchHooks(command=command)
+
+
+def _started(hooks):
+    directory = workdir_lib.WorkDir()
+    spec = task_lib.TaskSpec(
+        "worker",
+        0,
+        main="cluster_tasks:serve_until_exit",
+        env=dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(os.path.abspath(p or os.curdir) for p in sys.path),
+        ),
+    )
+    (task,) = task_lib.launch_all([spec], workdir=directory, network=None, hooks=hooks)
+    task_lib.wait_ready([task], 60)
+    return directory, task
+
+
+@pytest.mark.parametrize(
+    "graceful, flags",
+    [(True, ()), (False, ()), (True, ("--blocked-in-c",))],
+    ids=["stop", "teardown-after-a-fault", "stop-while-blocked-in-c"],
+)
+def test_a_task_that_ignores_exit_ends_on_sigterm(temp_dir, graceful, flags):
+    directory, task = _started(_deaf_task(*flags))
+    start = time.monotonic()
+    try:
+        task_lib.stop_all([task], graceful=graceful)
+        elapsed = time.monotonic() - start
+        assert task.exitcode() == report.SIGTERM_EXIT_CODE == 143
+        assert report.exit_reason(task.exitcode()) == "ended on SIGTERM (exit code 143)"
+        assert task.output().splitlines()[-2:] == [
+            "ready, deaf to Exit",
+            f"pid {task.pid} got SIGTERM: it ends now.",
+        ]
+    finally:
+        directory.remove()
+    # Asked to exit first (only when stopping), then ended at once on SIGTERM.
+    grace = task_lib.EXIT_GRACE_S if graceful else 0.0
+    assert grace <= elapsed < grace + 1.0, elapsed
+    assert not running(task.pid)
+    assert os.listdir(temp_dir) == []
+
+
+def test_a_task_that_ignores_sigterm_too_is_killed_after_the_grace_periods(temp_dir):
+    directory, task = _started(_deaf_task("--ignore-sigterm"))
+    start = time.monotonic()
+    try:
+        task_lib.stop_all([task], graceful=True)
+        elapsed = time.monotonic() - start
+        assert task.exitcode() == -signal.SIGKILL
+        assert task.output().splitlines()[-1] == "ready, deaf to Exit"
+    finally:
+        directory.remove()
+    grace = task_lib.EXIT_GRACE_S + task_lib.TERM_GRACE_S
+    assert grace <= elapsed < grace + 1.0, elapsed
+    assert not running(task.pid)
+    assert os.listdir(temp_dir) == []
+
+
+def test_a_task_that_exits_when_asked_gets_no_signal(temp_dir):
+    directory, task = _started(LaunchHooks())
+    start = time.monotonic()
+    try:
+        task_lib.stop_all([task], graceful=True)
+        elapsed = time.monotonic() - start
+        # It answered Exit (closed its end), and its process group was killed
+        # while it returned 7: no SIGTERM, no waiting for the grace periods.
+        assert task.exitcode() in (7, -signal.SIGKILL)
+        assert "SIGTERM" not in task.output()
+    finally:
+        directory.remove()
+    assert elapsed < 1.0, elapsed

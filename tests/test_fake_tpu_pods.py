@@ -153,7 +153,9 @@ def test_a_host_that_never_starts_fails_start_up_naming_it_and_leaves_nothing():
         2,
         4,
         start_timeout=15,
-        hooks=LaunchHooks(command=_never_serves, on_launch=lambda name, pid: launched.append(pid)),
+        hooks=LaunchHooks(
+            command=_never_serves, on_launch=lambda name, pid: launched.append((name, pid))
+        ),
     )
     before = descendants()
     with pytest.raises(ClusterTimeoutError) as raised:
@@ -162,8 +164,11 @@ def test_a_host_that_never_starts_fails_start_up_naming_it_and_leaves_nothing():
     assert str(raised.value).startswith(
         "local_cluster: worker 1 did not start within 15 s (start_timeout)"
     )
-    assert len(launched) == 2 and not pod.running and pod.pids == []
-    assert descendants() - before == set() and not any(_running(p) for p in launched)
+    # The hosts, then the relay to them where they run in a private network.
+    names = [name for name, _ in launched]
+    assert names in (["worker 0", "worker 1"], ["worker 0", "worker 1", "relay"])
+    assert not pod.running and pod.pids == [] and pod.relay_pid is None
+    assert descendants() - before == set() and not any(_running(p) for _, p in launched)
     live = {c.directory for c in lifecycle.running_clusters()}  # other modules' shared ones
     assert set(cluster_dirs()) - live == set()
 
@@ -332,6 +337,7 @@ def test_hosts_die_with_a_client_killed_by_sigkill(tmp_path):
     )
     try:
         line = client.stdout.readline()
+        relay = client.stdout.readline().split()
     finally:
         client.kill()
         client.wait()
@@ -339,6 +345,8 @@ def test_hosts_die_with_a_client_killed_by_sigkill(tmp_path):
     word, directory, *pids = line.split()
     pids = [int(p) for p in pids]
     assert word == "HOSTS" and len(pids) == 2 and os.path.dirname(directory) == str(temp_dir)
+    assert relay[0] == "RELAY"
+    pids += [] if relay[1] == "none" else [int(relay[1])]  # none on the host network
     deadline = time.monotonic() + 10
     while any(_running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -431,3 +439,105 @@ def test_the_pytest_plugin_and_the_testcase_share_one_pod(pytester, monkeypatch)
         ["compat_distribute: tpu=fake (v4-16, 8 cores on 2 host processes), tf-devices=*"]
     )
     result.assert_outcomes(passed=2, skipped=1)  # tf.test.TestCase skips its test_session
+
+
+# -- Where the hosts listen: a private network, reached through a relay -------
+
+
+@pytest.fixture(name="network_run", scope="module")
+def network_run_fixture():
+    return _client("pod_network")
+
+
+def _require_relay(network_run):
+    if not network_run["relay"]:
+        from compat_distribute.testing.cluster import netns
+
+        pytest.skip(f"no private network namespace on this machine: {netns.support()}")
+
+
+@pytest.mark.multi_worker
+def test_pod_servers_listen_on_loopback_only_in_the_clients_network(network_run):
+    _require_relay(network_run)
+    # Each host's port is the relay's, on 127.0.0.1 alone; the servers
+    # themselves (0.0.0.0) and the relay live in a network of their own.
+    assert list(network_run["listening"].values()) == [["127.0.0.1"], ["127.0.0.1"]]
+    assert network_run["namespaces"] == [True, True, True]
+    if network_run["machine_address"] is not None:
+        assert network_run["from_the_machine_address"] == ["ConnectionRefusedError"] * 2
+
+
+@pytest.mark.multi_worker
+def test_pod_steps_through_the_relay_give_the_right_values(network_run):
+    _require_relay(network_run)
+    # Every replica read a value of the client (the hosts called it back).
+    assert network_run["all_reduce"] == [8 * 100.0 + sum(range(8))] * 8
+    assert network_run["children"]  # the hosts and the relay, nothing else
+
+
+@pytest.mark.multi_worker
+def test_a_killed_host_behind_the_relay_fails_the_next_step_naming_it(network_run):
+    _require_relay(network_run)
+    assert network_run["watchdog"].startswith("host 1 (worker 1, pid ")
+    assert network_run["dead_host_step"] == ["UnavailableError", True]
+    assert network_run["dead_host_step_s"] < 10
+
+
+@pytest.mark.multi_worker
+def test_a_killed_relay_is_named_and_fails_the_next_step(network_run):
+    _require_relay(network_run)
+    pid, failure = network_run["relay_watchdog"]
+    assert failure == (
+        f"the relay to the hosts (relay, pid {pid}, was killed by SIGKILL; the hosts were "
+        f"killed, since nothing can reach them)"
+    )
+    assert network_run["dead_relay_step"] == "UnavailableError"
+    assert network_run["dead_relay_step_s"] < 10
+    assert network_run["relay_check"] == [
+        "ClusterTaskError",
+        f"local_cluster: relay (pid {pid}) was killed by SIGKILL.",
+        "relay",
+    ]
+    assert network_run["hosts_after_relay"] == []
+
+
+@pytest.mark.multi_worker
+def test_stopping_a_pod_leaves_no_host_relay_directory_or_listener(network_run):
+    assert network_run["after_stop"] == [[], [], False, {}]
+    assert network_run["after_relay_stop"] == []
+
+
+def test_a_pod_network_the_harness_does_not_know_is_refused(monkeypatch):
+    from compat_distribute.testing import FakeTPUClusterResolver
+
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_POD_NETWORK", "loopback")
+    with pytest.raises(ValueError) as raised:
+        FakeTPUClusterResolver("v4-16")
+    assert str(raised.value).startswith(
+        "$COMPAT_DISTRIBUTE_POD_NETWORK: network must be one of 'private', 'host', 'auto'; "
+        "got 'loopback' (str)."
+    )
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_POD_NETWORK", "host")
+    resolver = FakeTPUClusterResolver("v4-16")
+    assert resolver.pod.running is False and resolver.pod.relay_pid is None
+
+
+def test_a_pod_without_a_private_network_warns_and_runs_its_hosts_on_the_host_network(
+    monkeypatch,
+):
+    from compat_distribute.testing._fake_tpu.pod import FakePod
+    from compat_distribute.testing.cluster import netns
+
+    monkeypatch.setattr(netns, "support", lambda: "unshare and nsenter (util-linux) not found on PATH")
+    pod = FakePod("v4-16", 2, 4)
+    with pytest.warns(RuntimeWarning) as warned:
+        assert pod.network == "host"
+        assert pod.network == "host"  # Resolved once: one warning.
+    assert [str(w.message) for w in warned] == [
+        "fake TPU pod v4-16 runs its hosts on the host network: no private network namespace "
+        "here (unshare and nsenter (util-linux) not found on PATH). Their gRPC servers listen "
+        "on all interfaces, since TensorFlow binds 0.0.0.0. Set "
+        "$COMPAT_DISTRIBUTE_POD_NETWORK=host to accept that without this warning."
+    ]
+    assert FakePod("v4-16", 2, 4, network="host").network == "host"
+    assert not pod.running and pod.pids == []

@@ -46,6 +46,8 @@ INTERNALS = {
     "is_device_list_single_worker": f"{_DISTRIBUTE}.mirrored_strategy:_is_device_list_single_worker",
     # Fake TPU device assignments
     "host_for_device": f"{_DISTRIBUTE}.device_util:get_host_for_device",
+    # Pod hosts' network: the client's own server, which the hosts call back.
+    "get_server_def": "tensorflow.python.eager.context:get_server_def",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on

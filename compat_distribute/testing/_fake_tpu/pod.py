@@ -12,6 +12,7 @@ TensorFlow's UnavailableError, which names its task, instead of hanging.
 """
 
 import math
+import os
 import sys
 import threading
 
@@ -19,16 +20,30 @@ import tensorflow as tf
 
 from compat_distribute.testing import _tf
 from compat_distribute.testing.cluster import host as host_lib
+from compat_distribute.testing.cluster import netns
 
 JOB = "worker"
+# Where the hosts' servers listen: "auto" (a private network reached through a
+# relay, where the platform allows), "private" or "host" (see LocalServers).
+NETWORK_ENV = "COMPAT_DISTRIBUTE_POD_NETWORK"
 # Seconds the hosts may take to start (each imports TensorFlow).
 START_TIMEOUT_S = 120
 # How often the watchdog looks at the hosts.
 _WATCH_INTERVAL_S = 0.25
 
 
+def _client_port():
+    """The port of this process's own server, which connecting started."""
+    server_def = _tf.get_server_def()
+    (job,) = [job for job in server_def.cluster.job if job.name == server_def.job_name]
+    return int(job.tasks[server_def.task_index].rsplit(":", 1)[1])
+
+
 def for_slice(name, mesh, hosts, device_type):
-    """A new `FakePod` (not started) for a slice of `hosts` > 1 hosts; None for one host."""
+    """A new `FakePod` (not started) for a slice of `hosts` > 1 hosts; None for one host.
+
+    Its network is $COMPAT_DISTRIBUTE_POD_NETWORK ("auto" when unset).
+    """
     if hosts == 1:
         return None
     if device_type != "CPU":
@@ -37,24 +52,38 @@ def for_slice(name, mesh, hosts, device_type):
             f"devices of server processes); got {device_type!r}. Pass hosts=1 for every "
             f"core in this process."
         )
-    return FakePod(name, hosts, math.prod(mesh) // hosts)
+    try:
+        network = netns.check(os.environ.get(NETWORK_ENV, "auto"))
+    except ValueError as e:
+        raise ValueError(f"${NETWORK_ENV}: {e}") from None
+    return FakePod(name, hosts, math.prod(mesh) // hosts, network=network)
 
 
 class FakePod:
     """`hosts` server processes of `cores_per_host` cores each; see the module.
 
     `start_timeout`: seconds the hosts may take to serve (then `start()` raises
-    `ClusterTimeoutError` with their stacks); `hooks`: a cluster `LaunchHooks`
-    for tests that inject faults into the launches.
+    `ClusterTimeoutError` with their stacks); `network`: where the hosts' servers
+    listen, as for `LocalServers` ("auto": in a private network, reached through
+    a relay, where the platform allows; "host": on this machine's interfaces);
+    `hooks`: a cluster `LaunchHooks` for tests that inject faults into the launches.
     """
 
     def __init__(
-        self, name, hosts, cores_per_host, *, start_timeout=START_TIMEOUT_S, hooks=None
+        self,
+        name,
+        hosts,
+        cores_per_host,
+        *,
+        start_timeout=START_TIMEOUT_S,
+        network="auto",
+        hooks=None,
     ):
         self.name = name
         self.num_hosts = hosts
         self.cores_per_host = cores_per_host
         self._start_timeout = start_timeout
+        self._network = netns.check(network)
         self._hooks = hooks
         self._servers = None
         self._connected_spec = None  # the cluster this process is connected to
@@ -91,6 +120,23 @@ class FakePod:
         return [] if self._servers is None else self._servers.pids
 
     @property
+    def network(self):
+        """ "private" (the hosts in a network of their own, reached through a
+        relay) or "host"; resolving "auto" warns where it falls back to "host"."""
+        self._network = netns.choose(
+            self._network,
+            who=f"fake TPU pod {self.name} runs its hosts",
+            opt_out=f"Set ${NETWORK_ENV}=host",
+        )
+        return self._network
+
+    @property
+    def relay_pid(self):
+        """The process that relays this process's connections to the hosts (None
+        on the host network, or stopped)."""
+        return None if self._servers is None else self._servers.relay_pid
+
+    @property
     def directory(self):
         """The running hosts' temporary directory (their logs and TMPDIRs), else None."""
         return None if self._servers is None else self._servers.directory
@@ -104,6 +150,7 @@ class FakePod:
             self.num_hosts,
             devices_per_host=self.cores_per_host,
             start_timeout=self._start_timeout,
+            network=self.network,
             hooks=self._hooks,
         )
         self._servers.start()
@@ -141,10 +188,14 @@ class FakePod:
                 if task_id in reported:
                     continue
                 reported.add(task_id)
-                self.failure = f"host {task_id} ({what})"
+                if task_id is None:  # The relay: no host can be reached.
+                    self.failure = f"the relay to the hosts ({what})"
+                    fails = f"fails (UnavailableError naming a host of /job:{JOB})"
+                else:
+                    self.failure = f"host {task_id} ({what})"
+                    fails = f"fails (UnavailableError naming /job:{JOB}/replica:0/task:{task_id})"
                 print(
-                    f"fake TPU pod {self.name}: host {task_id} {what}; the next step fails "
-                    f"(UnavailableError naming /job:{JOB}/replica:0/task:{task_id}). Stop "
+                    f"fake TPU pod {self.name}: {self.failure}; the next step {fails}. Stop "
                     f"the fake and start it again for fresh hosts.",
                     file=sys.stderr,
                     flush=True,
@@ -180,6 +231,8 @@ class FakePod:
         The caller gives it TPUStrategy's input pipelines (one per host).
         """
         self.ensure_connected()
+        # The hosts call this process back (its server, the "localhost" job).
+        self._servers.forward_to_client(_client_port())
         with _tf.devices_of_several_hosts_allowed():
             _tf.MirroredExtended.__init__(
                 extended,

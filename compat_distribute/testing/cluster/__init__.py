@@ -20,10 +20,11 @@ MultiWorkerMirroredStrategy must be created before any op in a process;
 Faults surface and nothing is left behind: an exception in a task is re-raised
 here as `ClusterTaskError` naming the task; a task that dies, hangs or is
 stopped past `timeout` fails the call with every task's Python stack; every
-exit path kills the tasks' process groups, reaps them and removes the cluster's
-temporary directory. Tasks die with this process, and a cluster reaps what a
-killed run left. After a fault the cluster is torn down: `run` raises
-`ClusterError` until `start()` launches fresh tasks.
+exit path ends the tasks (asked to exit, then SIGTERM, then SIGKILL to their
+process groups), reaps them and removes the cluster's temporary directory.
+Tasks die with this process, and a cluster reaps what a killed run left. After
+a fault the cluster is torn down: `run` raises `ClusterError` until `start()`
+launches fresh tasks.
 
 One module per role, as pytest-xdist's dsession / workermanage / remote:
 
@@ -32,6 +33,7 @@ One module per role, as pytest-xdist's dsession / workermanage / remote:
     worker      the main of a task that serves `run` (in the task process)
     server      the main of a task that hosts a tf.distribute.Server (a fake pod's host)
     host        LocalServers: server tasks for a client in this process
+    relay       the main of the relay between that client and servers in a private network
     context     current_task() and worker_strategy() (in the task process)
     protocol    the typed messages between the two, and function references
     checks      the arguments' checks, before anything starts

@@ -81,6 +81,9 @@ class LocalCluster:
         self._hooks = checks.hooks(hooks)
         self._private_network: netns.PrivateNetwork | None = None
         self._tasks: list[task_lib.Task] = []
+        # Processes launched with the tasks that are no task of the cluster
+        # spec (LocalServers' relay): started, watched and stopped with them.
+        self._helpers: list[task_lib.Task] = []
         self._cluster_spec: dict[str, tuple[str, ...]] = {}
         self._workdir: workdir_lib.WorkDir | None = None
         self._failure = None  # Why the last tasks were torn down, if a fault.
@@ -197,11 +200,12 @@ class LocalCluster:
     def _task_keys(self):
         return tf_config.task_keys(self._num_workers, self._has_chief)
 
-    def _task_spec(self, task_type, task_id):
+    def _process_env(self, name):
+        """The environment of the process `name`, a task or a helper."""
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         # What a task writes to the temp dir goes with the cluster.
-        env["TMPDIR"] = self._workdir.task_temp_dir(tf_config.task_name(task_type, task_id))
+        env["TMPDIR"] = self._workdir.task_temp_dir(name)
         env.update(self._env)
         # Workers import fn's module the way this process does.
         path = [os.path.abspath(p or os.curdir) for p in sys.path]
@@ -209,30 +213,47 @@ class LocalCluster:
             path.insert(0, self._env["PYTHONPATH"])
         env["PYTHONPATH"] = os.pathsep.join(path)
         env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _task_spec(self, task_type, task_id):
+        env = self._process_env(tf_config.task_name(task_type, task_id))
         env["TF_CONFIG"] = tf_config.for_task(self._cluster_spec, task_type, task_id).to_json()
         argv = ("--devices", str(self._devices_per_worker))
         return task_lib.TaskSpec(task_type, task_id, _WORKER_MAIN, argv, env)
+
+    def _pick_ports(self, count):
+        # Picked on the host even for a private network, where any port is
+        # free: still distinct within the cluster, and the same code path.
+        return (self._hooks.pick_ports or ports.pick_ports)(count)
+
+    def _helper_specs(self):
+        """TaskSpecs of the helper processes to launch with the tasks."""
+        return []
+
+    def _release_launch_resources(self):
+        """Closes what this process kept for the launch (once it is launched or failed)."""
 
     def _launch(self):
         network = self.network
         self._teardown(graceful=False)
         workdir_lib.reap_abandoned()
         keys = self._task_keys()
-        # Picked on the host even for a private network, where any port is
-        # free: still distinct within the cluster, and the same code path.
-        picked = (self._hooks.pick_ports or ports.pick_ports)(len(keys))
-        self._cluster_spec = tf_config.cluster_spec(keys, picked)
         self._failure = None
         _LIVE_CLUSTERS.add(self)
         try:
             if network == "private":
                 self._private_network = netns.make()
+            self._cluster_spec = tf_config.cluster_spec(keys, self._pick_ports(len(keys)))
             self._workdir = workdir_lib.WorkDir()
-            specs = [self._task_spec(*key) for key in keys]
-            self._tasks = task_lib.launch_all(
-                specs, workdir=self._workdir, network=self._private_network, hooks=self._hooks
-            )
-            task_lib.wait_ready(self._tasks, self._start_timeout)
+            specs = [self._task_spec(*key) for key in keys] + self._helper_specs()
+            try:
+                launched = task_lib.launch_all(
+                    specs, workdir=self._workdir, network=self._private_network, hooks=self._hooks
+                )
+            finally:
+                self._release_launch_resources()
+            self._tasks, self._helpers = launched[: len(keys)], launched[len(keys) :]
+            task_lib.wait_ready(launched, self._start_timeout)
         except BaseException:
             self._teardown(graceful=False)
             raise
@@ -332,8 +353,9 @@ class LocalCluster:
     # -- Teardown ------------------------------------------------------------
 
     def _teardown(self, graceful):
-        tasks, self._tasks = self._tasks, []
+        tasks, self._tasks, self._helpers = self._tasks + self._helpers, [], []
         task_lib.stop_all(tasks, graceful=graceful)
+        self._release_launch_resources()
         if self._private_network is not None:
             # Goes with its last task: all of them are reaped by now.
             self._private_network.close()

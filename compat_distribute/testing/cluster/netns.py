@@ -16,8 +16,9 @@ as 0 in that user namespace, with no more rights on the host than the caller),
 held by file descriptors of this process, and entered by each task with
 `nsenter`; it disappears with the last task once the cluster stops.
 `network="auto"` (the default) is private where that works and otherwise host, with a warning saying why;
-`network="host"` runs the tasks in this process's namespace (needed when this
-process itself must reach their servers).
+`network="host"` runs the tasks in this process's namespace. A process that
+must itself reach the servers (a pod's client) does so through a relay (see
+`relay`), which `host.LocalServers` launches into the namespace.
 """
 
 import os
@@ -190,19 +191,25 @@ def check(network):
     return network
 
 
-def choose(network):
+def choose(
+    network,
+    *,
+    who="local_cluster(network='auto') runs its tasks",
+    opt_out="Pass network='host'",
+):
     """"private" or "host" for `network`; "auto" probes once per process and
-    warns (RuntimeWarning) when it falls back to "host"."""
+    warns (RuntimeWarning: "{who} on the host network ... {opt_out} to accept
+    that") when it falls back to "host"."""
     if network != "auto":
         return network
     answer = support()
     if not isinstance(answer, str):
         return "private"
     warnings.warn(
-        f"local_cluster(network='auto') runs its tasks on the host network: "
+        f"{who} on the host network: "
         f"no private network namespace here ({answer}). Their gRPC servers "
-        f"listen on all interfaces, since TensorFlow binds 0.0.0.0. Pass "
-        f"network='host' to accept that without this warning.",
+        f"listen on all interfaces, since TensorFlow binds 0.0.0.0. {opt_out} "
+        f"to accept that without this warning.",
         RuntimeWarning,
         stacklevel=3,
     )

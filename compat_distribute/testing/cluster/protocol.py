@@ -5,6 +5,7 @@ connection):
 
     task -> cluster, at start-up:  Alive, then Ready or StartupFailed
     cluster -> task:               Call ..., Exit
+    cluster -> relay:              Forward (then its sockets), Exit
     task -> cluster, per Call:     Result or Raised
 
 Each message is pickled once by its sender (`dumps`) and sent as bytes: a
@@ -107,6 +108,16 @@ class Call:
 @dataclasses.dataclass(frozen=True)
 class Exit:
     pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Forward:
+    """Relay connections to `port` inside the private network out to this
+    process's 127.0.0.1:`port`; `sockets` unconnected TCP sockets of this
+    process's network follow on the connection (SCM_RIGHTS), one per connection."""
+
+    port: int
+    sockets: int
 
 
 # -- What went wrong in a call, as the cluster sees it -----------------------

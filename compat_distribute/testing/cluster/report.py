@@ -13,6 +13,8 @@ from compat_distribute.testing.cluster.errors import ClusterTimeoutError
 
 # Lines of a task's output quoted in errors.
 TAIL_LINES = 40
+# What a task exits with when it ends on SIGTERM (the shell's 128 + signal).
+SIGTERM_EXIT_CODE = 128 + signal.SIGTERM
 
 
 def tail(text, lines=TAIL_LINES):
@@ -31,6 +33,8 @@ def exit_reason(code):
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
+    if code == SIGTERM_EXIT_CODE:
+        return f"ended on SIGTERM (exit code {code})"
     return f"exited with code {code}"
 
 

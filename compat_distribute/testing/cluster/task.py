@@ -6,6 +6,13 @@ conn)` named in its `TaskSpec`: `worker` for the tasks that serve
 `LocalCluster.run`, or any other main (a long-lived server, say) that speaks
 `protocol` on `conn`: `Ready` once set up, then serves until `Exit`.
 
+Stopping asks each task to exit (`Exit`); one still running `EXIT_GRACE_S`
+later gets SIGTERM, on which the bootstrap ends it at once (a thread of its
+own, so a main blocked inside TensorFlow ends too: its output flushed, a line
+saying so in its log, exit status `SIGTERM_EXIT_CODE`, no destructors, which may
+block on peers); what still runs `TERM_GRACE_S` later, and anything the task
+spawned, is killed with its process group (SIGKILL).
+
 The process runs in a session of its own (so killing its process group reaches
 anything it spawned, and a Ctrl-C in the terminal reaches the parent alone),
 writes stdout and stderr to a log file, and gets its own TMPDIR inside the
@@ -50,6 +57,26 @@ def _exit_when_orphaned(parent):
 if os.getppid() != int(parent):
     os._exit(70)
 threading.Thread(target=_exit_when_orphaned, args=(int(parent),), daemon=True).start()
+_ending = threading.Lock()
+def _end():
+    if not _ending.acquire(blocking=False):
+        return  # The handler or the thread below is ending the task already.
+    sys.stdout.flush()
+    sys.stderr.write(f"pid {os.getpid()} got SIGTERM: it ends now.\\n")
+    sys.stderr.flush()
+    os._exit(%(sigterm_exit_code)d)
+def _on_sigterm(signum, frame):
+    _end()  # Runs when the main thread runs Python; else the thread below acts.
+def _end_on_sigterm(wakeup):
+    while signal.SIGTERM not in os.read(wakeup, 64):
+        pass
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        _end()  # Else the main installed a handler of its own: SIGTERM is its business.
+wakeup, woken = os.pipe()
+os.set_blocking(woken, False)
+signal.set_wakeup_fd(woken, warn_on_full_buffer=False)
+signal.signal(signal.SIGTERM, _on_sigterm)
+threading.Thread(target=_end_on_sigterm, args=(wakeup,), daemon=True).start()
 os.set_inheritable(int(fd), False)
 from multiprocessing import connection
 from compat_distribute.testing.cluster import protocol
@@ -58,13 +85,17 @@ conn.send(protocol.Alive(os.getpid()))
 import importlib
 module, _, function = main.partition(":")
 sys.exit(getattr(importlib.import_module(module), function or "main")(sys.argv[5:], conn))
-"""
-# The bootstrap's watchdog thread: in every stack dump, saying nothing.
-WATCHDOG_FRAME = "_exit_when_orphaned"
+""" % {"sigterm_exit_code": report.SIGTERM_EXIT_CODE}
+# The bootstrap's watchdog threads: in every stack dump, saying nothing.
+WATCHDOG_FRAMES = ("_exit_when_orphaned", "_end_on_sigterm")
 # How long a stack dump (SIGUSR1) may take to appear in the tasks' logs.
 STACK_DUMP_WAIT_S = 2.0
-# How long a task asked to exit (or dying) may take before it is killed.
+# How long a task asked to exit (or dying) may take before it gets SIGTERM.
 EXIT_GRACE_S = 2.0
+# How long a task may take to end after SIGTERM before it is killed (SIGKILL).
+TERM_GRACE_S = 2.0
+# How often stopping looks whether the tasks it signalled have ended.
+_EXIT_POLL_S = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +106,9 @@ class TaskSpec:
         or "module:function" for another function of that signature.
     argv: that main's arguments.
     env: the task's whole environment (TF_CONFIG included).
+    pass_fds: descriptors of this process the task inherits (same numbers).
+    label: the name of a process that is no task of the cluster's spec (a
+        relay, say), in place of "<task_type> <task_id>".
     """
 
     task_type: str
@@ -82,10 +116,12 @@ class TaskSpec:
     main: str
     argv: tuple[str, ...] = ()
     env: dict = dataclasses.field(default_factory=dict)
+    pass_fds: tuple[int, ...] = ()
+    label: str = ""
 
     @property
     def name(self):
-        return tf_config.task_name(self.task_type, self.task_id)
+        return self.label or tf_config.task_name(self.task_type, self.task_id)
 
 
 def bootstrap_command(spec: TaskSpec, fd: int) -> list[str]:
@@ -121,7 +157,7 @@ class Task:
         argv = bootstrap_command(spec, child_end.fileno())
         if command is not None:
             argv = list(command(spec, argv))
-        pass_fds = (child_end.fileno(),)
+        pass_fds = (child_end.fileno(), *spec.pass_fds)
         if network is not None:
             argv = network.enter(argv)
             pass_fds += network.fds
@@ -200,10 +236,26 @@ class Task:
         except subprocess.TimeoutExpired:
             return None
 
+    def has_exited(self) -> bool:
+        """Whether the process ended, without reaping it (its group id stays ours)."""
+        if self.process.returncode is not None:
+            return True
+        try:
+            flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+            return os.waitid(os.P_PID, self.pid, flags) is not None
+        except ChildProcessError:  # Reaped already.
+            return True
+
     def ask_to_exit(self):
         try:
             self.conn.send_bytes(protocol.dumps(protocol.Exit()))
         except (OSError, ValueError):
+            pass
+
+    def signal_group(self, signum):
+        try:
+            os.killpg(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
             pass
 
     def kill(self):
@@ -213,10 +265,7 @@ class Task:
         reserved while any member lives, even once the task itself was reaped,
         so this reaches what it spawned and no stranger.
         """
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        self.signal_group(signal.SIGKILL)
 
     def reap(self):
         """Waits for the killed process; says so when it does not die."""
@@ -302,24 +351,34 @@ def dump_stacks(tasks):
 
 def _drop_watchdog(dump):
     threads = dump.strip().split("\n\n")
-    return "\n\n".join(t for t in threads if WATCHDOG_FRAME not in t)
+    return "\n\n".join(t for t in threads if not any(f in t for f in WATCHDOG_FRAMES))
 
 
 def stop_all(tasks, *, graceful):
-    """Stops `tasks`: asks them to exit first when `graceful`, then kills each
-    process group and reaps every process."""
+    """Stops `tasks`: asks them to exit first when `graceful`; SIGTERM to the
+    process group of each one that neither answered nor ended (a stopped task
+    cannot act on it), SIGKILL to every group after `TERM_GRACE_S` at most,
+    then reaps every process."""
+    answered = set()
     if graceful:
         for t in tasks:
             t.ask_to_exit()
         deadline = time.monotonic() + EXIT_GRACE_S
         for t in tasks:
             # Wait for the task to close its end, without reaping it: the
-            # process group id stays valid for the kill below.
+            # process group id stays valid for the signals below.
             try:
                 if t.conn.poll(max(0.0, deadline - time.monotonic())):
                     t.conn.recv()
             except (EOFError, OSError):
-                pass
+                answered.add(t.name)
+    running = [t for t in tasks if t.name not in answered and not t.has_exited()]
+    terminated = [t for t in running if not t.stopped()]
+    for t in terminated:
+        t.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + TERM_GRACE_S
+    while any(not t.has_exited() for t in terminated) and time.monotonic() < deadline:
+        time.sleep(_EXIT_POLL_S)
     for t in tasks:
         t.kill()
     for t in tasks:
