@@ -19,6 +19,8 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
+from compat_distribute.testing._fake_tpu import topologies
+
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS_DIR)
 PROGRAM_TIMEOUT_S = 300
@@ -234,7 +236,11 @@ def test_an_assignment_of_the_one_host_slice_is_refused_on_the_pod_naming_the_fi
     from compat_distribute.testing import FakeTPUClusterResolver
     from compat_distribute.testing import FakeTPUStrategy
 
-    one_host = FakeTPUClusterResolver("v3-32", hosts=1).tpu_topology()
+    # The topology a hosts=1 v3-32 reports (its resolver would need 32 devices here).
+    mesh = [4, 4, 1, 2]
+    one_host = tf.tpu.experimental.Topology(
+        mesh_shape=mesh, device_coordinates=topologies.device_coordinates(mesh, 1)
+    )
     assignment = tf.tpu.experimental.DeviceAssignment.build(one_host, num_replicas=32)
     resolver = FakeTPUClusterResolver("v3-32")
     with pytest.raises(ValueError) as raised:
