@@ -298,7 +298,8 @@ def test_a_pod_topology_on_one_host_runs_in_the_command_alone():
     with tempfile.TemporaryDirectory() as tmpdir:
         env = dict(os.environ, PYTHONPATH=REPO, TMPDIR=tmpdir)
         env.pop("TF_CPP_MIN_LOG_LEVEL", None)
-        args = ["smoke", "--topology", "v3-32", "--hosts", "1", "--steps-per-run", "1"]
+        # A v4-16 (2 hosts of 4 cores): a v3-32's 32 replicas take three times as long.
+        args = ["smoke", "--topology", "v4-16", "--hosts", "1", "--steps-per-run", "1"]
         command = subprocess.Popen(
             [sys.executable, "-m", "compat_distribute", *args, "--json"],
             stdout=subprocess.PIPE,
@@ -319,9 +320,9 @@ def test_a_pod_topology_on_one_host_runs_in_the_command_alone():
     assert _processes_in_session(command.pid) == []
     report = json.loads(out)
     assert report["ok"] is True
-    assert report["device"] == "fake TPU v3-32 on 1 host (32 cores on 32 virtual CPU devices)"
-    assert (report["replicas"], report["topology"], report["hosts"]) == (32, "v3-32", 1)
+    assert report["device"] == "fake TPU v4-16 on 1 host (8 cores on 8 virtual CPU devices)"
+    assert (report["replicas"], report["topology"], report["hosts"]) == (8, "v4-16", 1)
     assert [c["name"] for c in report["checks"] if not c["ok"]] == []
     details = {c["name"]: c["detail"] for c in report["checks"]}
-    assert details["replicas"] == "32 replicas in sync on 32 worker devices"
-    assert details["all_reduce"].startswith("sum of 1..32 = 528 in all 32 replicas")
+    assert details["replicas"] == "8 replicas in sync on 8 worker devices"
+    assert details["all_reduce"].startswith("sum of 1..8 = 36 in all 8 replicas")
