@@ -18,7 +18,7 @@ smoke: $(STAMP)
 # Two workers, each test file on one of them (its module fixtures start once):
 # most of the suite's time is spent waiting on subprocesses, so two overlap well.
 test: $(STAMP)
-	$(PYTEST) -n 2 --dist loadfile tests
+	$(PYTEST) -n 3 --dist loadfile tests
 
 test-fast: $(STAMP)
 	$(PYTEST) -m 'not multi_worker' tests
