@@ -7,10 +7,6 @@ Connecting to a pod changes the process's TensorFlow context for good, so this
 never runs inside the test process.
 """
 
-import json
-import os
-import sys
-
 
 def _task(device):
     import tensorflow as tf
@@ -189,8 +185,6 @@ def pod_assignments():
 PROGRAMS = {"pod_assignments": pod_assignments}
 
 if __name__ == "__main__":
-    name, *args = sys.argv[1:]
-    result = PROGRAMS[name](*args)
-    print("RESULT " + json.dumps(result), flush=True)
-    sys.stdout.flush()
-    os._exit(0)  # TensorFlow may block at exit on a context whose hosts are gone.
+    import pod_programs
+
+    pod_programs.main(PROGRAMS)

@@ -454,9 +454,15 @@ def pod_network():
 
 PROGRAMS["pod_network"] = pod_network
 
-if __name__ == "__main__":
+
+def main(programs):
+    """`python FILE NAME [ARG]`: runs program NAME of `programs`, prints its RESULT line."""
     name, *args = sys.argv[1:]
-    result = PROGRAMS[name](*args)
+    result = programs[name](*args)
     print("RESULT " + json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # TensorFlow may block at exit on a context whose hosts are gone.
+
+
+if __name__ == "__main__":
+    main(PROGRAMS)
