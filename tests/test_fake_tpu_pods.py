@@ -533,39 +533,3 @@ def test_a_pod_without_a_private_network_warns_and_runs_its_hosts_on_the_host_ne
     assert FakePod("v4-16", 2, 4, network="host").network == "host"
     assert not pod.running and pod.pids == []
 
-
-_TF1_POD_PROGRAM = """
-import tensorflow as tf
-
-tf.compat.v1.disable_v2_behavior()
-from compat_distribute.testing import FakeTPUClusterResolver
-from compat_distribute.testing import FakeTPUStrategy
-
-resolver = FakeTPUClusterResolver("v4-16")
-try:
-    FakeTPUStrategy(resolver)
-except NotImplementedError as e:
-    print("REFUSED", e)
-print("HOSTS", resolver.pod.running, resolver.pod.pids)
-with tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(device_count={"CPU": 8})) as sess:
-    one_host = FakeTPUStrategy(FakeTPUClusterResolver("v4-16", hosts=1))
-    total = one_host.run(
-        lambda: tf.distribute.get_replica_context().all_reduce("SUM", 1.0)
-    )
-    print("ONE_HOST", one_host.num_replicas_in_sync, sess.run(one_host.experimental_local_results(total)[0]))
-"""
-
-
-def test_a_tf1_graph_program_is_refused_on_a_pod_naming_hosts_1(run_python):
-    result = run_python(_TF1_POD_PROGRAM)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert lines[0] == (
-        "REFUSED A fake TPU pod (v4-16, 2 hosts) takes TF2 clients only: this program runs in "
-        "TF1 graph mode (tf.compat.v1.disable_v2_behavior()), and a pod's client connects to "
-        "its hosts with tf.config.experimental_connect_to_cluster, which works in eager mode "
-        "only. Pass hosts=1 (fake_tpu('v4-16', hosts=1), or --fake-tpu-hosts=1) to run the "
-        "slice's 8 cores in this process, in graph mode too."
-    )
-    assert lines[1] == "HOSTS False []"  # refused before any host started
-    assert lines[2] == "ONE_HOST 8 8.0"

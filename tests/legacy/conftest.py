@@ -4,7 +4,8 @@
 session's virtual CPUs) with TF's historical names routed to the shims;
 `run_legacy_script` runs a program file as `python file.py` would, in a fresh
 process (graph-mode programs switch TF1 behaviour on process-wide), with the
-same set-up, and returns its output lines.
+same set-up (or another fake topology, a pod's included), and returns its
+output lines.
 """
 
 import os
@@ -24,7 +25,7 @@ devices.set_virtual_devices(8)
 import compat_distribute
 from compat_distribute.testing import fake_tpu
 sys.argv = [{path!r}] + {args!r}
-with fake_tpu("v4-8"), compat_distribute.installed():
+with fake_tpu({topology!r}), compat_distribute.installed():
     try:
         runpy.run_path(sys.argv[0], run_name="__main__")
     except SystemExit as exit:
@@ -43,10 +44,12 @@ def legacy_tpu_fixture():
 
 @pytest.fixture(name="run_legacy_script")
 def run_legacy_script_fixture(run_python):
-    def run(name, *args, timeout=240):
+    def run(name, *args, timeout=240, topology="v4-8"):
         path = os.path.join(HERE, name)
         result = run_python(
-            _SCRIPT_DRIVER.format(path=path, args=list(args), timeout=timeout - 20),
+            _SCRIPT_DRIVER.format(
+                path=path, args=list(args), timeout=timeout - 20, topology=topology
+            ),
             timeout=timeout,
         )
         assert result.returncode == 0, f"{name} failed:\n{result.stderr[-6000:]}"

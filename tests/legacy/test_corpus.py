@@ -62,6 +62,16 @@ def test_tf1_tpu_mnist_graph_loop_with_a_session(run_legacy_script):
     assert_trained(logged_steps(lines), [4, 8, 12, 16, 20, 24], falls_by=0.9)
 
 
+@pytest.mark.multi_worker
+def test_tf1_tpu_mnist_graph_loop_with_a_session_on_a_pod(run_legacy_script):
+    # A v4-16: 2 host processes, the session's master on host 0, the cluster_def
+    # from strategy.configure, as a TF1 program drove a Cloud TPU pod.
+    lines = run_legacy_script(
+        "tpu_mnist_graph_loop.py", "--train_steps=24", "--steps_per_run=4", topology="v4-16"
+    )
+    assert_trained(logged_steps(lines), [4, 8, 12, 16, 20, 24], falls_by=0.9)
+
+
 def test_tf1_fit_loop_with_steps_per_run_in_a_variable(run_legacy_script):
     history = logged_steps(run_legacy_script("tpu_fit_loop_variable_steps.py"))
     # 10 steps per epoch in runs of 4, 4 and 2 (the variable set to the rest).

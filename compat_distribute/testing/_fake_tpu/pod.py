@@ -230,21 +230,14 @@ class FakePod:
 
         The caller gives it TPUStrategy's input pipelines (one per host).
         """
-        if not tf.compat.v1.executing_eagerly_outside_functions():
-            # The client connects with experimental_connect_to_cluster, which
-            # TensorFlow allows in eager mode only; refused before any host starts.
-            raise NotImplementedError(
-                f"A fake TPU pod ({self.name}, {self.num_hosts} hosts) takes TF2 clients only: "
-                f"this program runs in TF1 graph mode (tf.compat.v1.disable_v2_behavior()), and "
-                f"a pod's client connects to its hosts with "
-                f"tf.config.experimental_connect_to_cluster, which works in eager mode only. "
-                f"Pass hosts=1 (fake_tpu({self.name!r}, hosts=1), or --fake-tpu-hosts=1) to "
-                f"run the slice's {self.num_hosts * self.cores_per_host} cores in this process, "
-                f"in graph mode too."
-            )
-        self.ensure_connected()
-        # The hosts call this process back (its server, the "localhost" job).
-        self._servers.forward_to_client(_client_port())
+        if tf.compat.v1.executing_eagerly_outside_functions():
+            self.ensure_connected()
+            # The hosts call this process back (its server, the "localhost" job).
+            self._servers.forward_to_client(_client_port())
+        else:
+            # TF1 graph mode: a session to master(), whose config carries the
+            # cluster_def (strategy.configure), reaches the hosts.
+            self.start()
         with _tf.devices_of_several_hosts_allowed():
             _tf.MirroredExtended.__init__(
                 extended,

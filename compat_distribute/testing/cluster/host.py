@@ -28,6 +28,10 @@ from compat_distribute.testing.cluster.errors import ClusterTaskError
 from compat_distribute.testing.cluster.lifecycle import LocalCluster
 
 _SERVER_MAIN = "compat_distribute.testing.cluster.server"
+# The job the servers boot as, as a Cloud TPU's servers do: clients name them
+# "worker" (an eager client's cluster, or a TF1 session's cluster_def), which
+# TensorFlow refuses for a session when it is the name the server booted with.
+BOOT_JOB = "tpu_worker"
 _RELAY_MAIN = "compat_distribute.testing.cluster.relay"
 # Sockets handed to the relay per host each time the client's server is named:
 # a host keeps one connection to it, and makes another after a failure.
@@ -95,7 +99,9 @@ class LocalServers(LocalCluster):
                 s.close()
 
     def _task_spec(self, task_type, task_id):
-        return dataclasses.replace(super()._task_spec(task_type, task_id), main=_SERVER_MAIN)
+        spec = super()._task_spec(task_type, task_id)
+        argv = spec.argv + ("--boot-job", BOOT_JOB)
+        return dataclasses.replace(spec, main=_SERVER_MAIN, argv=argv)
 
     def _pick_ports(self, count):
         if self._private_network is None:

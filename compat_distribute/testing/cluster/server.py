@@ -18,14 +18,17 @@ from compat_distribute._tf_config import parse_tf_config
 from compat_distribute.testing.cluster import protocol
 
 
-def _start_server(tf_config, devices):
+def _start_server(tf_config, devices, boot_job):
+    """A server for this task; under the job name `boot_job` when given, the
+    addresses of its TF_CONFIG job alone (clients then name the job as they will)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+    cluster = {job: list(addresses) for job, addresses in tf_config.cluster.items()}
+    if boot_job:
+        cluster = {boot_job: cluster[tf_config.task_type]}
     return tf.distribute.Server(
-        tf.train.ClusterSpec(
-            {job: list(addresses) for job, addresses in tf_config.cluster.items()}
-        ),
-        job_name=tf_config.task_type,
+        tf.train.ClusterSpec(cluster),
+        job_name=boot_job or tf_config.task_type,
         task_index=tf_config.task_id,
         config=tf.compat.v1.ConfigProto(device_count={"CPU": devices}),
         protocol="grpc",
@@ -37,9 +40,12 @@ def main(argv, conn):
     """Serves until told to exit; returns the exit status."""
     parser = argparse.ArgumentParser(prog="local_cluster server")
     parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--boot-job", default="")
     flags = parser.parse_args(argv)
     try:
-        server = _start_server(parse_tf_config(os.environ["TF_CONFIG"]), flags.devices)
+        server = _start_server(
+            parse_tf_config(os.environ["TF_CONFIG"]), flags.devices, flags.boot_job
+        )
     except BaseException:  # pylint: disable=broad-except
         conn.send(protocol.StartupFailed(traceback.format_exc()))
         return 1
