@@ -2,8 +2,10 @@
 
 A pod's client (this process) drives its hosts over gRPC, as a TPU pod's
 client does: each host is a `tf.distribute.Server` task launched by
-`testing.cluster` (job "worker", task i, 127.0.0.1), holding that host's cores
-as CPU devices. The fake's strategy is a MirroredStrategy over every host's
+`testing.cluster` (named job "worker", task i, 127.0.0.1 by its clients; it
+boots as "tpu_worker", see `host.BOOT_JOB`), holding that host's cores as CPU
+devices. An eager client connects (`experimental_connect_to_cluster`); a TF1
+graph-mode client runs a session to `master()`. The fake's strategy is a MirroredStrategy over every host's
 cores, host-major, with one input pipeline per host, as TPUStrategy has.
 
 A watchdog thread names a host that dies (or is stopped) as soon as it
