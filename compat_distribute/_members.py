@@ -107,16 +107,30 @@ def _experimental_run(self, fn, input_iterator=None):
 
 
 def _experimental_run_on_tpu(self, fn, input_iterator=None):
-    """V1 `experimental_run` on a TPU: inside a `tf.function` or a TF1 graph only, as in TF1."""
+    """V1 `experimental_run` on a TPU: eagerly only for a `tf.function` `fn`.
+
+    TF2 sends `experimental_run` to `run`, which a TPU accepts in eager mode for
+    a `tf.function` (TF's own `test_all_reduce_*` run so). A plain Python `fn`
+    in eager mode keeps TF 1.14's refusal, word for word, and the fix.
+    """
     import tensorflow as tf
 
-    if tf.executing_eagerly() and not tf.inside_function():
+    if tf.executing_eagerly() and not tf.inside_function() and not _is_tf_function(fn):
         raise NotImplementedError(
             "Eager mode not supported in TPUStrategy outside TF functions. Call "
             "strategy.experimental_run(fn, iterator) inside a function decorated "
-            "with @tf.function (TF1 refused it in eager mode on a TPU too)."
+            "with @tf.function, or pass fn as a tf.function (TF1 refused a plain "
+            "Python fn in eager mode on a TPU too)."
         )
     return _experimental_run(self, fn, input_iterator)
+
+
+def _is_tf_function(fn):
+    """What a TPU's `run` accepts in eager mode (TF's `validate_run_function`)."""
+    import tensorflow as tf
+
+    functions = (tf.types.experimental.PolymorphicFunction, tf.types.experimental.ConcreteFunction)
+    return isinstance(fn, functions) or isinstance(getattr(fn, "__call__", None), functions)
 
 
 def _make_dataset_iterator(self, dataset):
@@ -228,7 +242,8 @@ TABLE = (
         shims=(TPU,),
         impl=_experimental_run_on_tpu,
         note="runs `fn` on `input_iterator.get_next()` inside a `tf.function` or a TF1 "
-        "graph; in eager mode it raises NotImplementedError naming `tf.function`, as TF1 did",
+        "graph, or eagerly when `fn` is a `tf.function` (as TF2's `run`); a plain Python `fn` in "
+        "eager mode raises NotImplementedError naming `tf.function`, as TF1 did",
     ),
     Member(
         "make_dataset_iterator",

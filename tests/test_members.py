@@ -163,7 +163,12 @@ def check_experimental_run_on_tpu(strategy, r):
             "Eager mode not supported in TPUStrategy outside TF functions."
         )
         assert "@tf.function" in str(info.value)
+        # A tf.function runs eagerly, as TF2's run takes it on a TPU.
+        eager = strategy.experimental_run(tf.function(lambda x: x * 100), iterator)
+        assert local(strategy, eager, r) == [[100 * i] for i in range(n)]
         result = tf.function(lambda: strategy.experimental_run(lambda x: x * 10, iterator))()
+        assert local(strategy, result, r) == [[10 * (n + i)] for i in range(n)]
+        return
     else:
         result = strategy.experimental_run(lambda x: x * 10, iterator)
     assert local(strategy, result, r) == [[10 * i] for i in range(n)]
@@ -498,8 +503,9 @@ def test_migration_table_lists_every_changed_row():
     )
     assert (
         "| `strategy.experimental_run` | TPU | works as in TF1 | runs `fn` on "
-        "`input_iterator.get_next()` inside a `tf.function` or a TF1 graph; in eager mode "
-        "it raises NotImplementedError naming `tf.function`, as TF1 did |"
+        "`input_iterator.get_next()` inside a `tf.function` or a TF1 graph, or eagerly when "
+        "`fn` is a `tf.function` (as TF2's `run`); a plain Python `fn` in eager mode raises "
+        "NotImplementedError naming `tf.function`, as TF1 did |"
     ) in table
 
 

@@ -151,3 +151,30 @@ def test_a_device_assignment_passed_second_is_taken_as_one(tf_init_calls):
     assert strategy.extended.steps_per_run == 1
     with pytest.raises(TypeError, match="steps_per_run must be a positive int; got"):
         cd.TPUStrategy(StandInTPUResolver(), assignment, assignment)
+
+
+def test_real_backend_experimental_run_sends_a_tf_function_to_run_in_eager_mode(monkeypatch):
+    """TF2 routes `experimental_run` to `run`, which a TPU takes eagerly for a tf.function."""
+    strategy = cd.TPUStrategy(StandInTPUResolver())
+    calls = []
+    # No TPU here: record what reaches the TPU's run instead of running it.
+    monkeypatch.setattr(strategy, "run", lambda fn, args=(): calls.append((fn, args)) or "ran")
+    step = tf.function(lambda: tf.constant(1.0))
+    assert strategy.experimental_run(step) == "ran"
+    assert calls == [(step, ())]
+
+    class Model:
+        @tf.function
+        def __call__(self):
+            return tf.constant(2.0)
+
+    model = Model()
+    assert strategy.experimental_run(model) == "ran"
+    assert calls[-1] == (model, ())
+    with pytest.raises(NotImplementedError) as info:
+        strategy.experimental_run(lambda: tf.constant(1.0))
+    assert str(info.value).startswith(
+        "Eager mode not supported in TPUStrategy outside TF functions. Call "
+        "strategy.experimental_run(fn, iterator) inside a function decorated with @tf.function"
+    )
+    assert len(calls) == 2
