@@ -29,6 +29,8 @@ INTERNALS = {
     "MirroredVariable": f"{_DISTRIBUTE}.values:MirroredVariable",
     "SyncOnReadVariable": f"{_DISTRIBUTE}.values:SyncOnReadVariable",
     "PerReplica": f"{_DISTRIBUTE}.values:PerReplica",
+    # A step's outputs: a user's composite (an ExtensionType) comes back once per replica.
+    "CompositeTensor": "tensorflow.python.framework.composite_tensor:CompositeTensor",
     "current_replica_id": f"{_DISTRIBUTE}.values_util:get_current_replica_id_as_int",
     "get_devices_from": f"{_DISTRIBUTE}.cross_device_ops:get_devices_from",
     "simple_broadcast": f"{_DISTRIBUTE}.cross_device_ops:simple_broadcast",

@@ -1,5 +1,7 @@
 """`strategy.run` as on a TPU: outputs, arguments, loops, and steps a TPU cannot compile."""
 
+import typing
+
 import pytest
 import tensorflow as tf
 
@@ -22,6 +24,39 @@ def test_each_replica_returns_its_own_output(tpu_strategy):
     assert len(outputs) == tpu_strategy.num_replicas_in_sync
     assert [o.numpy() for o in outputs] == [2.0] * tpu_strategy.num_replicas_in_sync
     assert [o.backing_device for o in outputs] == list(tpu_strategy.extended.worker_devices)
+
+
+class Composite(tf.experimental.ExtensionType):
+    """A user composite with nested components, as TF's test builds one."""
+
+    first: tf.Tensor
+    rest: typing.Tuple[tf.Tensor, tf.Tensor]
+
+
+def test_a_composite_returned_unchanged_comes_back_once_per_replica(tpu_strategy):
+    """A composite input returned unchanged comes back on every replica with its components, beside first + mean(rest) = 0.50000006.
+
+    TF: tpu_strategy_test.py TPUStrategyTest.test_composite_input_with_non_flat_components
+    """
+    a, b, c = tf.constant([0.1]), tf.constant([1.2]), tf.constant([-0.4])
+
+    @tf.function
+    def step(composite):
+        def replica(value):
+            return value, value.first + (value.rest[0] + value.rest[1]) / 2
+
+        outputs = tpu_strategy.run(replica, args=(composite,))
+        return tf.nest.map_structure(tpu_strategy.experimental_local_results, outputs)
+
+    composites, results = step(Composite(a, (b, c)))
+    n = tpu_strategy.num_replicas_in_sync
+    assert len(composites) == len(results) == n
+    for composite, result in zip(composites, results):
+        assert isinstance(composite, Composite)
+        assert composite.first.numpy().tolist() == a.numpy().tolist()
+        rest = [t.numpy().tolist() for t in composite.rest]
+        assert rest == [b.numpy().tolist(), c.numpy().tolist()]
+        assert result.numpy().tolist() == tf.constant([0.50000006]).numpy().tolist()
 
 
 def test_nones_and_empty_containers_pass_through_run(tpu_strategy):

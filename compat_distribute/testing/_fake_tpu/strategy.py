@@ -72,9 +72,10 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
     def run(self, fn, args=(), kwargs=None, options=None):
         """`TPUStrategy.run`: `fn` must be a `tf.function` or run inside one.
 
-        Returns one output per replica, as a TPU does: a tensor that is the same
-        object in every replica (a pass-through input) comes back as a
-        `PerReplica` with a copy on each replica's device (one replica's
+        Returns one output per replica, as a TPU does: a tensor or a composite
+        (an ExtensionType too) that is the same object in every replica (a
+        pass-through input) comes back as a `PerReplica` with a copy on each
+        replica's device (one replica's
         outputs come back as they are, as from TF's regroup).
         """
         _tf.validate_run_function(fn)
@@ -91,12 +92,15 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         return tf.nest.map_structure(self._per_replica, outputs)
 
     def _per_replica(self, output):
-        if isinstance(output, tf.distribute.DistributedValues) or not tf.is_tensor(output):
+        if isinstance(output, tf.distribute.DistributedValues) or not (
+            tf.is_tensor(output) or isinstance(output, _tf.CompositeTensor)
+        ):
             return output
         copies = []
         for device in self.extended.worker_devices:
             with tf.device(device):
-                copies.append(tf.identity(output))
+                # A composite (an ExtensionType too) is copied component by component.
+                copies.append(tf.nest.map_structure(tf.identity, output, expand_composites=True))
         return _tf.PerReplica(tuple(copies))
 
     def _check_run_arguments(self, fn, args, kwargs):
