@@ -62,6 +62,9 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_check_spec"),
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_update_config_proto"),
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_configure"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_experimental_distribute_dataset"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_distribute_datasets_from_function"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_get_replica_order"),
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_replica"),
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_as_operand"),
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_dense_var_to_tensor"),
@@ -149,3 +152,8 @@ def set_input_workers(extended, host_devices):
     extended._input_workers_devices = tuple(
         (host, tuple(devices)) for host, devices in host_devices
     )
+
+
+def input_workers_with_options(extended, options):
+    """MirroredExtended `extended`'s input pipelines for `options` (TPUExtended's `_get_input_workers`)."""
+    return extended._input_workers_with_options(options)

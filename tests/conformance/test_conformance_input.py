@@ -3,6 +3,8 @@
 import pytest
 import tensorflow as tf
 
+from conformance_support import strategy_on
+
 
 def _batches(strategy):
     n = strategy.num_replicas_in_sync
@@ -76,3 +78,35 @@ def test_input_function_sees_one_pipeline_per_host(tpu_strategy):
     seen = [(c.num_input_pipelines, c.input_pipeline_id, c.num_replicas_in_sync) for c in contexts]
     hosts = tpu_strategy.extended.num_hosts
     assert seen == [(hosts, i, tpu_strategy.num_replicas_in_sync) for i in range(hosts)]
+
+
+REORDER_DATASETS = {
+    "experimental_distribute_dataset": lambda strategy: strategy.experimental_distribute_dataset(
+        tf.data.Dataset.range(2).batch(2)
+    ),
+    "distribute_datasets_from_function": lambda strategy: (
+        strategy.distribute_datasets_from_function(lambda _: tf.data.Dataset.range(2))
+    ),
+}
+
+
+@pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
+@pytest.mark.usefixtures("tpu_strategy")
+@pytest.mark.parametrize("make", sorted(REORDER_DATASETS))
+def test_data_reorder_orders_input_by_device_for_a_reversed_assignment(
+    tpu_resolver, topology, make
+):
+    """With `extended._enable_data_reorder`, replicas on cores 1 and 0 get elements 1 and 0 of range(2); without it, 0 and 1.
+
+    TF: tpu_strategy_test.py TPUStrategyTest.test_replica_order_for_experimental_distribute_dataset
+    TF: tpu_strategy_test.py TPUStrategyTest.test_replica_order_for_distribute_datasets_from_function
+    """
+    firsts = {}
+    for reorder in (True, False):
+        strategy = strategy_on(tpu_resolver, topology, [1, 0])
+        strategy.extended._enable_data_reorder = reorder  # pylint: disable=protected-access
+        iterator = iter(REORDER_DATASETS[make](strategy))
+        element = tf.function(lambda it: next(it))(iterator)
+        firsts[reorder] = [t.numpy().tolist() for t in element.values]
+    flat = {reorder: tf.nest.flatten(values) for reorder, values in firsts.items()}
+    assert flat == {True: [1, 0], False: [0, 1]}

@@ -18,15 +18,6 @@ def check_reduce_op(reduce_op):
     _validate.reduce_op(reduce_op)
 
 
-def _refuse_per_replica_input(options, message):
-    if (
-        options
-        and options.experimental_replication_mode
-        == tf.distribute.InputReplicationMode.PER_REPLICA
-    ):
-        raise NotImplementedError(message)
-
-
 def _core_index(device_assignment, cores_per_host, replica, logical_core):
     """Where a logical core runs among the slice's cores (host-major): its task's
     cores, then its ordinal on that task."""
@@ -61,7 +52,8 @@ def input_workers(replica_devices):
     As in TF's tpu_strategy.py (TPUExtended.__init__). Replica r takes element r
     of the pipelines' outputs, host by host, so where an assignment's replicas go
     to hosts out of order, a replica is fed by another host's pipeline, as on a
-    pod (TF's `_enable_data_reorder`, off by default, is what would change that).
+    pod. With `extended._enable_data_reorder` (off by default, as on a TPU) the
+    outputs are ordered by device instead (TPUExtended's `_get_replica_order`).
     """
     by_host = {}
     for device in map(_tf.canonicalize_device, replica_devices):
@@ -91,6 +83,8 @@ class FakeTPUExtended(_tf.MirroredExtended):
         self._require_static_shapes = True
         self.experimental_enable_get_next_as_optional = True
         self._logical_device_stack = [0]
+        # TPUExtended's switch (TF's tests set it): input ordered by device, not replica.
+        self._enable_data_reorder = False
         self._runs_in_progress = 0  # > 0 while strategy.run traces or runs a step
         self._replica_functions = weakref.WeakKeyDictionary()  # tf.function step -> its clone
 
@@ -218,32 +212,14 @@ class FakeTPUExtended(_tf.MirroredExtended):
             return super()._batch_reduce_to(reduce_op, value_destination_pairs, options)
         return [self._reduce_to(reduce_op, v, d, options) for v, d in value_destination_pairs]
 
-    # Input. TPUExtended refuses per-replica input in both entry points, each
-    # with its own text, and checks element specs when fetching to device.
+    # Input: TPUExtended's own code (its refusals of per-replica input, its spec
+    # checks, and `_enable_data_reorder`), over MirroredExtended's pipelines.
+    _experimental_distribute_dataset = _tf.TPUExtended._experimental_distribute_dataset  # pylint: disable=protected-access
+    _distribute_datasets_from_function = _tf.TPUExtended._distribute_datasets_from_function  # pylint: disable=protected-access
+    _get_replica_order = _tf.TPUExtended._get_replica_order  # pylint: disable=protected-access
 
-    def _experimental_distribute_dataset(self, dataset, options):
-        _refuse_per_replica_input(
-            options,
-            "InputReplicationMode.PER_REPLICA "
-            "is only supported in "
-            "`experimental_distribute_datasets_from_function`.",
-        )
-        if options is None or options.experimental_fetch_to_device:
-            self._check_spec(dataset.element_spec)
-        return super()._experimental_distribute_dataset(dataset, options)
-
-    def _distribute_datasets_from_function(self, dataset_fn, options):
-        _refuse_per_replica_input(
-            options,
-            "InputReplicationMode.PER_REPLICA "
-            "is only supported in "
-            " `experimental_distribute_datasets_from_function` "
-            "of tf.distribute.MirroredStrategy",
-        )
-        distributed = super()._distribute_datasets_from_function(dataset_fn, options)
-        if options is None or options.experimental_fetch_to_device:
-            self._check_spec(distributed.element_spec)
-        return distributed
+    def _get_input_workers(self, options):
+        return _tf.input_workers_with_options(self, options)
 
     def _in_multi_worker_mode(self):
         return False
