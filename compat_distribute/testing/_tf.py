@@ -50,6 +50,9 @@ INTERNALS = {
     "host_for_device": f"{_DISTRIBUTE}.device_util:get_host_for_device",
     # Pod hosts' network: the client's own server, which the hosts call back.
     "get_server_def": "tensorflow.python.eager.context:get_server_def",
+    # TensorFlow's logging module: TF's TPU warnings go through its `warning`,
+    # looked up at each call (TF's tests patch it there).
+    "tf_logging": "tensorflow.python.platform.tf_logging",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on

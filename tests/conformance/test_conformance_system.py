@@ -1,9 +1,12 @@
 """The TPU system, its topology, device assignments and the resolver, as TPU code sees them."""
 
 import logging
+import re
+from unittest import mock
 
 import pytest
 import tensorflow as tf
+from tensorflow.python.platform import tf_logging
 
 from conformance_support import by_design
 from conformance_support import core_coordinates
@@ -11,13 +14,15 @@ from conformance_support import strategy_on
 
 
 def test_second_initialization_warns_that_variables_may_be_lost(tpu_resolver, caplog):
-    """Initialising the TPU system again logs that it has already been initialized.
+    """Initialising the TPU system again calls TF's `logging.warning` with "already been initialized".
 
     TF: tpu_strategy_test.py TPUTest.test_multiple_initialize_system
     """
     tf.tpu.experimental.initialize_tpu_system(tpu_resolver)
-    with caplog.at_level(logging.WARNING, logger="tensorflow"):
-        tf.tpu.experimental.initialize_tpu_system(tpu_resolver)
+    with mock.patch.object(tf_logging, "warning", wraps=tf_logging.warning) as warning:
+        with caplog.at_level(logging.WARNING, logger="tensorflow"):
+            tf.tpu.experimental.initialize_tpu_system(tpu_resolver)
+    assert re.search("already been initialized", str(warning.call_args)), warning.call_args
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(
         "has already been initialized. Reinitializing the TPU can cause previously created "

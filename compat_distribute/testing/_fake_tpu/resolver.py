@@ -327,7 +327,7 @@ def initialize_tpu_system(cluster_resolver=None):
     resolver = fake_resolver("cluster_resolver", cluster_resolver)
     name = resolver._tpu  # pylint: disable=protected-access
     if name in _INITIALIZED:
-        tf.get_logger().warning(
+        _tf.tf_logging.warning(
             "TPU system %s has already been initialized. "
             "Reinitializing the TPU can cause previously created "
             "variables on TPU to be lost.",
