@@ -17,6 +17,20 @@ def by_design(reason):
     return mark
 
 
+def device_names_differ(test):
+    """Marks a passing row whose restatement leaves out TF's `device:TPU:k` names.
+
+    TF's test names TPU devices; the fake's cores are CPU devices, so the test
+    compares devices by index or against `worker_devices` instead.
+    """
+    return test
+
+
+def strict_mode_only(test):
+    """Marks a row that passes on the fake only in strict mode (`strict=True`), which it turns on."""
+    return test
+
+
 def core_coordinates(topology, core):
     """The (x, y, z, core) of task 0's `core`-th device, for a DeviceAssignment's core_assignment."""
     return topology.device_coordinates[0][core].tolist()

@@ -3,6 +3,7 @@
 import pytest
 import tensorflow as tf
 
+from conformance_support import device_names_differ
 from conformance_support import strategy_on
 
 
@@ -11,8 +12,9 @@ def _batches(strategy):
     return tf.data.Dataset.range(n * 2, output_type=tf.float32).batch(n)
 
 
+@device_names_differ
 def test_batches_are_prefetched_to_the_replica_devices(tpu_strategy):
-    """By default (and with fetch_to_device=True) replica k's batch is on replica k's device.
+    """By default and with fetch_to_device=True, the batches are on the TPU cores: replica k's on its core.
 
     TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_default
     TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_tpu
@@ -25,7 +27,7 @@ def test_batches_are_prefetched_to_the_replica_devices(tpu_strategy):
 
 
 def test_batches_stay_on_the_host_without_fetch_to_device(tpu_strategy):
-    """With fetch_to_device=False the batches stay on the host's CPU.
+    """With fetch_to_device=False, replica 0's batch is on the host's CPU.
 
     TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_cpu
     """
@@ -52,7 +54,7 @@ def _ragged(strategy):
 
 @pytest.mark.parametrize("make", [_sparse, _ragged], ids=["sparse", "ragged"])
 def test_sparse_and_ragged_batches_cannot_be_prefetched_to_device(tpu_strategy, make):
-    """Sparse or ragged batches prefetched to device are refused, from a dataset or a function.
+    """Sparse or ragged batches fetched to device raise ValueError "TPUStrategy does not support", from a dataset or a function.
 
     TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_sparse_dataset
     TF: tpu_strategy_test.py TPUStrategyDataPrefetchTest.test_prefetch_to_device_ragged_dataset_fn
@@ -64,7 +66,7 @@ def test_sparse_and_ragged_batches_cannot_be_prefetched_to_device(tpu_strategy, 
 
 
 def test_input_function_sees_one_pipeline_per_host(tpu_strategy):
-    """An input function gets one pipeline per host (on one host: id 0, for all replicas).
+    """An input function's context counts one pipeline per host and every replica (one host: 1 pipeline, id 0).
 
     TF: tpu_strategy_test.py TPUStrategyDistributionTest.test_make_input_fn_iterable
     """

@@ -6,23 +6,26 @@ import pytest
 import tensorflow as tf
 
 from conformance_support import by_design
+from conformance_support import device_names_differ
 from conformance_support import local
 from conformance_support import strategy_on
+from conformance_support import strict_mode_only
 
 
+@device_names_differ
 def test_each_replica_returns_its_own_output(tpu_strategy):
-    """A pass-through step returns one output per replica, each on its replica's device.
+    """Squaring 2 in `run` gives 4.0 on every replica, each output on its replica's core.
 
     TF: tpu_strategy_test.py TPUStrategyTest.test_run_output_on_device
     """
 
     @tf.function
     def step(x):
-        return tpu_strategy.run(lambda v: v, args=(x,))
+        return tpu_strategy.run(tf.square, args=(x,))
 
     outputs = tpu_strategy.experimental_local_results(step(tf.constant(2.0)))
     assert len(outputs) == tpu_strategy.num_replicas_in_sync
-    assert [o.numpy() for o in outputs] == [2.0] * tpu_strategy.num_replicas_in_sync
+    assert [o.numpy() for o in outputs] == [4.0] * tpu_strategy.num_replicas_in_sync
     assert [o.backing_device for o in outputs] == list(tpu_strategy.extended.worker_devices)
 
 
@@ -60,7 +63,7 @@ def test_a_composite_returned_unchanged_comes_back_once_per_replica(tpu_strategy
 
 
 def test_nones_and_empty_containers_pass_through_run(tpu_strategy):
-    """Nested None, [] and {} go through `run` and come back in place.
+    """`run` of an identity step returns nested [1, [2, None]], [] and {} as given.
 
     TF: tpu_strategy_test.py TPUStrategyTest.test_run_passing_and_returning_nones
     TF: tpu_strategy_test.py TPUStrategyTest.test_run_passing_and_returning_empty_list
@@ -84,7 +87,7 @@ def test_nones_and_empty_containers_pass_through_run(tpu_strategy):
 
 
 def test_run_state_carries_through_a_device_loop(tpu_strategy):
-    """Per-replica outputs fed back into `run` ten times inside tf.range sum to replicas x 10.
+    """Per-replica zeros fed back into `run` (+1) ten times inside tf.range sum to replicas x 10.
 
     TF: tpu_strategy_test.py TPUStrategyTest.test_cluster_in_graph_and_while_body_fn
     """
@@ -100,7 +103,7 @@ def test_run_state_carries_through_a_device_loop(tpu_strategy):
 
 
 def test_one_step_function_runs_twice_in_nested_functions(tpu_strategy):
-    """The same step function runs in two `run` calls of nested tf.functions.
+    """One step function runs in two `run` calls of nested tf.functions without error.
 
     TF: tpu_strategy_test.py TPUStrategyTest.test_two_clusters_with_same_fn
     """
@@ -118,7 +121,7 @@ def test_one_step_function_runs_twice_in_nested_functions(tpu_strategy):
 
 
 def test_replica_ids_are_captured_in_a_retraced_function(tpu_strategy):
-    """A step returning its replica id runs inside a function that traces twice.
+    """A tf.function step returning its replica id runs inside a function that traces twice.
 
     TF: strategy_common_test.py StrategyTest.testCaptureReplicaId
     """
@@ -210,7 +213,7 @@ def test_a_variable_passed_to_run_stays_a_variable(tpu_strategy):
 @pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
 @pytest.mark.usefixtures("tpu_strategy")
 def test_sequential_strategies_feed_each_other(tpu_resolver, topology):
-    """Outputs of a two-core strategy feed a one-core strategy in the same function.
+    """Squares of [2, 2] on a two-core strategy, squared again on a one-core strategy, give [[16, 16]].
 
     TF: tpu_strategy_test.py TPUStrategyTest.test_sequential_runs
     """
@@ -225,8 +228,9 @@ def test_sequential_strategies_feed_each_other(tpu_resolver, topology):
     assert [t.numpy().tolist() for t in train()] == [[16.0, 16.0]]
 
 
+@strict_mode_only
 def test_a_step_a_tpu_cannot_compile_fails_and_the_next_good_step_runs(tpu_resolver, on_fake):
-    """A step with an op XLA cannot compile raises InvalidArgumentError; a good step runs after.
+    """A step with an op XLA cannot compile raises an OpError (InvalidArgumentError); a good step runs after.
 
     The fake checks in strict mode (`strict=True`, `--fake-tpu-strict`), which this test turns on.
 

@@ -10,6 +10,7 @@ from tensorflow.python.platform import tf_logging
 
 from conformance_support import by_design
 from conformance_support import core_coordinates
+from conformance_support import device_names_differ
 from conformance_support import strategy_on
 
 
@@ -69,8 +70,9 @@ def test_strategy_has_one_replica_per_core(tpu_strategy, tpu_resolver):
 
 @pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
 @pytest.mark.usefixtures("tpu_strategy")
+@device_names_differ
 def test_subset_strategies_run_on_the_cores_they_name(tpu_resolver, topology):
-    """A strategy on core 0 runs on device 0, one on core 1 on device 1.
+    """A one-core strategy on core 0 has the one worker device core 0; one on core 1, core 1.
 
     TF: tpu_strategy_test.py TPUStrategyTest.test_worker_devices_on_subset_cores
     """

@@ -4,14 +4,16 @@ import pytest
 import tensorflow as tf
 
 from conformance_support import core_coordinates
+from conformance_support import device_names_differ
 from conformance_support import local
 from conformance_support import strategy_on
 
 
 @pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
 @pytest.mark.usefixtures("tpu_strategy")
+@device_names_differ
 def test_variables_are_read_by_device_across_device_assignments(tpu_resolver, topology, packed):
-    """A strategy on cores (1, 0) reads a variable of the cores-(0, 1) strategy core by core.
+    """Cores (1, 0) are the worker devices of cores (0, 1) reversed; a variable with copy 1 at 42 reads [1, 42], then [42, 1] there.
 
     TF: tpu_strategy_test.py DeviceAssignmentTest.test_variables_mismatched_device_assignment
     """
@@ -28,7 +30,7 @@ def test_variables_are_read_by_device_across_device_assignments(tpu_resolver, to
 @pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
 @pytest.mark.usefixtures("tpu_strategy")
 def test_one_variable_serves_strategies_on_subsets_of_its_cores(tpu_resolver, topology, packed):
-    """A variable of the all-core strategy is read by strategies on core 0 and on core 1.
+    """A MEAN variable (0) of the all-core strategy, read by `v + 1` on core 0 and on core 1, sums to 2.
 
     TF: tpu_strategy_test.py TPUStrategyTest.test_computation_on_subset_cores
     """
@@ -51,8 +53,9 @@ def test_one_variable_serves_strategies_on_subsets_of_its_cores(tpu_resolver, to
     assert train().numpy() == 2.0
 
 
+@device_names_differ
 def test_arithmetic_reads_the_variable(tpu_strategy, packed):
-    """`v + 1.0`, `v * 2.0` and `1.0 - v` read the variable, in and out of a tf.function.
+    """In a tf.function `v + 1.0` is 2.0 and the handle is on replica 0's core; eager arithmetic reads v too.
 
     TF: tpu_strategy_test.py TPUStrategyTest.test_handle_in_cross_replica_context
     """
@@ -129,7 +132,7 @@ def test_a_plain_variable_is_read_inside_a_step(tpu_strategy):
 
 
 def test_sync_on_read_variable_all_reduces_its_copies(tpu_strategy, packed):
-    """A sync-on-read variable written per replica all-reduces to the sum of its copies.
+    """A sync-on-read variable given each replica's input all-reduces to their sum (x + sum per replica), then reads 0.
 
     TF: tpu_strategy_test.py TPUStrategyTest.test_all_reduce_on_sync_on_read_variable
     """
@@ -171,7 +174,7 @@ def test_sync_on_read_variable_all_reduces_its_copies(tpu_strategy, packed):
 def test_checkpoint_restores_variables_of_each_logical_device(
     tpu_resolver, topology, packed, tmp_path
 ):
-    """Variables on logical devices 0 and 1 are saved and restored by a checkpoint.
+    """Variables on logical devices 0 and 1 (2 and 3), changed after a save, read 2 and 3 after a restore.
 
     TF: tpu_strategy_test.py TPUStrategyDistributionTest.test_model_parallelism_checkpointing
     """
@@ -221,8 +224,9 @@ def test_a_function_traces_once_per_device(tpu_strategy, packed):
 
 @pytest.mark.multi_device(2)  # two cores (counted on tpu_strategy)
 @pytest.mark.usefixtures("tpu_strategy")
+@device_names_differ
 def test_logical_devices_hold_their_variables_and_compute(tpu_resolver, topology):
-    """With two cores a replica, variables made on logical device 1 live on core 1; v*x*w runs.
+    """With two cores a replica, v (one copy) is on core 0, w made on logical device 1 on core 1; v*5*w is 30.
 
     TF: tpu_strategy_test.py TPUStrategyDistributionTest.test_model_parallelism
     """
