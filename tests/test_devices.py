@@ -42,6 +42,19 @@ def test_bad_arguments(args, error, text):
     assert text in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "memory_limit_mb, error, got",
+    [(-5, ValueError, "positive int (>= 1); got -5 (int)"), ("1024", TypeError, "positive int; got '1024' (str)")],
+)
+def test_a_memory_limit_that_is_not_a_positive_int_is_refused(memory_limit_mb, error, got):
+    with pytest.raises(error) as info:
+        set_virtual_devices(2, "GPU", memory_limit_mb=memory_limit_mb)
+    assert str(info.value) == (
+        f"memory_limit_mb must be a {got}. Pass each logical GPU's memory in MB, e.g. 1024 "
+        f"(the default)."
+    )
+
+
 LIMIT_TEXT = (
     f"must be at most {MAX_DEVICES} (compat_distribute.testing.devices.MAX_DEVICES, the most "
     f"virtual devices one process gets); got {{n}}. Ask for as many devices as the tests "
@@ -75,8 +88,8 @@ def test_a_fake_mesh_past_the_limit_is_refused_by_the_same_check(make):
         + LIMIT_TEXT.format(n=512).partition(" Ask for")[0]
         + " Use a smaller mesh."
     )
-    huge = (10**6,) * 4  # 10**24 cores: refused as a count, without building anything
-    too_many = rf"core count must be at most {MAX_DEVICES} .*; got {10**24}\."
+    huge = (10**6, 10**6, 10**6, 2)  # 2 * 10**18 cores: refused as a count, building nothing
+    too_many = rf"core count must be at most {MAX_DEVICES} .*; got {2 * 10**18}\."
     with pytest.raises(ValueError, match=too_many):
         make(mesh_shape=huge)
 

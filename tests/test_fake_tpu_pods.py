@@ -109,7 +109,6 @@ def test_a_pod_resolver_starts_nothing_until_used():
     "topology, hosts, accepted",
     [
         ("v3-32", 2, "1 (every core in this process) or 4 (its hosts)"),
-        ("v3-32", "4", "1 (every core in this process) or 4 (its hosts)"),
         ("v3-8", 4, "1"),
     ],
 )

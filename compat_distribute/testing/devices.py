@@ -62,6 +62,11 @@ def set_virtual_devices(n, device_type="CPU", *, memory_limit_mb=DEFAULT_GPU_MEM
             f"device_type must be one of {DEVICE_TYPES}; got {device_type!r}. TPU cores "
             f"are faked with compat_distribute.testing.FakeTPUClusterResolver."
         )
+    memory_limit_mb = _validate.positive_int(
+        "memory_limit_mb",
+        memory_limit_mb,
+        hint=f" Pass each logical GPU's memory in MB, e.g. {DEFAULT_GPU_MEMORY_MB} (the default).",
+    )
     import tensorflow as tf
 
     physical = tf.config.list_physical_devices(device_type)  # does not start the runtime

@@ -90,6 +90,38 @@ def test_bad_fake_tpu_arguments_raise_before_patching(args, kwargs, error, messa
     assert tf.distribute.TPUStrategy is before
 
 
+def test_a_mesh_with_3_cores_a_chip_is_refused_naming_the_counts_chips_have():
+    with pytest.raises(ValueError) as info:
+        FakeTPUClusterResolver(mesh_shape=(2, 2, 1, 3))
+    assert str(info.value) == (
+        "mesh_shape's cores_per_chip (its 4th value) must be 1 or 2: TensorFlow sees 2 cores "
+        "on a v2 or v3 chip and 1 on a v4, v5e, v5p or v6e chip; got 3 in mesh_shape=(2, 2, 1, "
+        "3). Pass (x, y, z, 2) for v2/v3-like chips or (x, y, z, 1) for later ones, e.g. "
+        "mesh_shape=(2, 2, 1, 2), a v3-8."
+    )
+
+
+@pytest.mark.parametrize(
+    "topology, hosts, choices",
+    [
+        ("v3-32", "4", "hosts=4 (its hosts) or hosts=1 (one process)"),
+        ("v3-8", "1", "hosts=1"),
+        ("v3-32", 4.0, "hosts=4 (its hosts) or hosts=1 (one process)"),
+    ],
+)
+def test_a_host_count_that_is_not_an_int_is_refused_as_such(topology, hosts, choices):
+    before = tf.distribute.TPUStrategy
+    with pytest.raises(TypeError) as info:
+        FakeTPUClusterResolver(topology, hosts=hosts)
+    with pytest.raises(TypeError) as patched:
+        fake_tpu(topology, hosts=hosts)
+    assert str(info.value) == str(patched.value) == (
+        f"hosts must be an int or None, not a {type(hosts).__name__}; got {hosts!r}. For the "
+        f"TPU slice {topology!r} pass {choices}, or leave hosts out for the slice's own hosts."
+    )
+    assert tf.distribute.TPUStrategy is before
+
+
 def test_more_cores_than_the_started_runtime_has_is_a_clear_runtime_error():
     assert len(tf.config.list_logical_devices("CPU")) == 8  # starts the runtime
     with pytest.raises(RuntimeError) as info:

@@ -70,6 +70,9 @@ PRESETS = _presets(
     Preset("v6e-32", (4, 8, 1, 1), hosts=8),  # Trillium, 32 chips (4x8)
 )
 
+# Cores TensorFlow sees on one chip, over the TPU generations (see the module docstring).
+CORES_PER_CHIP = (1, 2)
+
 # The one default: the fake, the pytest plugin and the smoke command read it here.
 DEFAULT_TOPOLOGY = "v3-8"
 
@@ -118,6 +121,13 @@ def resolve(topology, mesh_shape):
             f"{mesh_shape!r}. For example mesh_shape=(2, 2, 1, 2) is a v3-8 (8 cores)."
         )
     mesh = tuple(int(v) for v in mesh)
+    if mesh[3] not in CORES_PER_CHIP:
+        raise ValueError(
+            f"mesh_shape's cores_per_chip (its 4th value) must be 1 or 2: TensorFlow sees 2 "
+            f"cores on a v2 or v3 chip and 1 on a v4, v5e, v5p or v6e chip; got {mesh[3]} in "
+            f"mesh_shape={mesh_shape!r}. Pass (x, y, z, 2) for v2/v3-like chips or "
+            f"(x, y, z, 1) for later ones, e.g. mesh_shape=(2, 2, 1, 2), a v3-8."
+        )
     # Each core is a virtual device: the one device limit applies.
     devices.check_count(
         f"mesh_shape {mesh}'s core count", int(np.prod(mesh, dtype=object)),
@@ -161,8 +171,16 @@ def host_count(name, hosts):
     own = PRESETS[name].hosts if name in PRESETS else 1
     if hosts is None:
         return own
-    if hosts not in (1, own) or isinstance(hosts, bool) or not isinstance(hosts, int):
-        accepted = "1" if own == 1 else f"1 (every core in this process) or {own} (its hosts)"
+    accepted = "1" if own == 1 else f"1 (every core in this process) or {own} (its hosts)"
+    if isinstance(hosts, bool) or not isinstance(hosts, (int, np.integer)):
+        choices = "hosts=1" if own == 1 else f"hosts={own} (its hosts) or hosts=1 (one process)"
+        raise TypeError(
+            f"hosts must be an int or None, not a {type(hosts).__name__}; got {hosts!r}. "
+            f"For the TPU slice {name!r} pass {choices}, or leave hosts out for the "
+            f"slice's own hosts."
+        )
+    hosts = int(hosts)
+    if hosts not in (1, own):
         raise ValueError(
             f"hosts must be None or {accepted} for the TPU slice {name!r}; got {hosts!r}. "
             f"A slice has the hosts of its preset: pick a pod preset ({', '.join(PODS)}) "
