@@ -9,7 +9,7 @@ from compat_distribute.testing import check_graph, check_tpu_compatible
 from compat_distribute.testing.xla_check import rules, walker
 
 X = tf.constant([1.0, -2.0, 3.0, -4.0])
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 
 def collective_step(x):
