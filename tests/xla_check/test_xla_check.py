@@ -101,6 +101,15 @@ def nested_step(x):
     return y, acc
 
 
+def python_str_step(x):  # <python_str>
+    total = tf.reduce_sum(x)
+    return total, "done"
+
+
+def string_constant_return_step(x):
+    return tf.reduce_sum(x), tf.constant("done")  # <returned_string_constant>
+
+
 def dynamic_fill_step(x):
     return tf.zeros(tf.cast(tf.reduce_sum(tf.abs(x)), tf.int32))  # <fill>
 
@@ -343,6 +352,58 @@ def test_bad_arguments_are_refused_with_what_to_do():
         match=r"check_graph\(graph_or_function=\.\.\.\)" r".*received <function string_step",
     ):
         check_graph(string_step)
+
+
+def test_ensure_names_itself_and_its_arguments_when_refusing_them():
+    with pytest.raises(TypeError) as info:
+        ensure_tpu_compatible(42)
+    assert str(info.value) == (
+        "ensure_tpu_compatible(fn=...) takes the replica step function; received 42 of type "
+        "int. Pass the function you would give to strategy.run, e.g. "
+        "ensure_tpu_compatible(step, ...)."
+    )
+    with pytest.raises(
+        TypeError, match=r"^ensure_tpu_compatible\(strategy=\.\.\.\) takes a tf.distribute.Strategy"
+    ):
+        ensure_tpu_compatible(string_step, (X,), strategy="tpu")
+    with pytest.raises(TypeError) as info:
+        ensure_tpu_compatible(string_step, X)
+    assert str(info.value).startswith(
+        "ensure_tpu_compatible(args=...) takes the step's positional arguments as a tuple or "
+        "list; received <tf.Tensor"
+    )
+    assert str(info.value).endswith("of type EagerTensor. Pass args=(x,) for one argument.")
+    with pytest.raises(TypeError, match=r"^ensure_tpu_compatible\(kwargs=\.\.\.\) takes .* dict or None"):
+        ensure_tpu_compatible(string_step, (X,), kwargs=[("x", X)])
+
+
+RETURNED_STRING = (
+    "the step returns a string tensor (a Python str the step returns becomes one), and a TPU "
+    "step can return only numbers and bools; return numbers (or nothing) from the step, and "
+    "make the text after strategy.run returns"
+)
+
+
+def test_a_returned_python_str_is_reported_at_the_step_with_what_to_do(all_cpu_strategy):
+    for strategy in (None, all_cpu_strategy):
+        report = check_tpu_compatible(python_str_step, X, strategy=strategy)
+        problem = only(report.problems)  # one entry, however many replicas
+        assert_at(problem, "python_str")  # the step's def: the str became a tensor after it returned
+        assert (problem.rule, problem.kind, problem.op_type) == (
+            "returns_string",
+            "unsupported_dtype",
+            "_Retval",
+        )
+        assert problem.reason == RETURNED_STRING
+        assert "make shapes static" not in str(report) and ": ? (" not in str(report)
+    with pytest.raises(TPUCompatibilityError, match="the step returns a string tensor"):
+        ensure_tpu_compatible(python_str_step, (X,))
+    # A string tensor made in the step is reported at its own line.
+    problem = only(check_tpu_compatible(string_constant_return_step, X).problems)
+    assert_at(problem, "returned_string_constant")
+    assert problem.reason == RETURNED_STRING
+    # A returned string an op already reported is not reported twice.
+    assert [p.op_type for p in check_tpu_compatible(string_step, X).problems] == ["AsString"]
 
 
 def test_packed_variables_on_one_core_compile_as_the_copies_handles():

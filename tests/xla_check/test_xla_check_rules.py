@@ -29,6 +29,11 @@ def print_step(x):
     return x
 
 
+def string_return_step(x):
+    del x
+    return "done"
+
+
 def string_assert_step(x):
     with tf.control_dependencies([tf.debugging.assert_less(x, 100.0, message="too big")]):
         return x * 2.0
@@ -43,6 +48,7 @@ EXAMPLES = {
     "no_xla_kernel": (tf.strings.as_string, "AsString", None),
     "xla_kernel_refuses_dtypes": (lambda x: tf.math.cumsum(tf.cast(x, tf.uint8)), "Cumsum", None),
     "string_constant": (string_assert_step, "Const", tf.string),
+    "returns_string": (string_return_step, "_Retval", None),
     "unsupported_dtype": (lambda x: tf.cast(x, tf.float64), "Cast", None),
     "data_dependent_shape": (lambda x: tf.boolean_mask(x, x > 0), "Where", None),
     "xla_compile": (lambda x: tf.zeros(tf.cast(tf.reduce_sum(tf.abs(x)), tf.int32)), "Fill", None),
@@ -69,7 +75,7 @@ def test_every_rule_has_an_example_and_a_unique_name():
 @pytest.mark.parametrize("rule", rules.RULES, ids=lambda rule: rule.name)
 def test_rule_decides(rule):
     step, op_type, dtype = EXAMPLES[rule.name]
-    if rule.test != rules.COMPILE:
+    if rule.test not in rules.STEP_TESTS:
         # The first rule that applies decides: e.g. a py_function also has no
         # XLA kernel, but is reported as the Python callback it is.
         assert walker.rule_for(the_op(step, op_type, dtype)) is rule
@@ -79,7 +85,8 @@ def test_rule_decides(rule):
         assert entries == [], str(report)
         return
     assert [(e.rule, e.kind) for e in entries] == [(rule.name, rule.kind)], str(report)
-    assert entries[0].reason.startswith(rule.why.format(op_type=op_type, dtypes="float64")), entries[0]
+    dtypes = ", ".join(sorted(rule.dtypes or ["float64"]))
+    assert entries[0].reason.startswith(rule.why.format(op_type=op_type, dtypes=dtypes)), entries[0]
     assert entries[0] in (report.problems if rule.kind in rules.PROBLEM_KINDS else report.warnings)
 
 
@@ -116,6 +123,37 @@ def test_a_malformed_rule_is_refused():
         rules.Rule("x", "dtype", None, "why")
     with pytest.raises(ValueError, match="rule 'x': dtypes only apply to the tests"):
         rules.Rule("x", rules.OP, None, "why", dtypes=frozenset(["string"]))
+
+
+def test_a_new_rule_is_one_row_of_the_table(monkeypatch):
+    def cumsum_step(x):
+        return tf.math.cumsum(x)  # the line the new rule reports
+
+    line = cumsum_step.__code__.co_firstlineno + 1
+    assert check_tpu_compatible(cumsum_step, X).ok
+    new = rules.Rule(
+        "no_cumsum_on_our_pods",
+        rules.OP,
+        rules.UNSUPPORTED_OP,
+        "{op_type} times out on our pods",
+        "sum with tf.math.segment_sum",
+        ops=("Cumsum",),
+    )
+    monkeypatch.setattr(rules, "RULES", (new,) + rules.RULES)  # the one change
+    report = check_tpu_compatible(cumsum_step, X)
+    (problem,) = report.problems
+    assert (problem.rule, problem.op_type, problem.lineno) == ("no_cumsum_on_our_pods", "Cumsum", line)
+    assert problem.reason == "Cumsum times out on our pods; sum with tf.math.segment_sum"
+    assert rules.rule("no_cumsum_on_our_pods") is new
+    assert (
+        "| `no_cumsum_on_our_pods` | `Cumsum` | problem (`unsupported_op`) | the op times out on "
+        "our pods | sum with tf.math.segment_sum |"
+    ) in rules.readme_table()
+
+
+def test_a_rule_that_is_not_in_the_table_is_named_with_the_ones_that_are():
+    with pytest.raises(KeyError, match=r"no XLA check rule is called 'nope'; the rules are \['host_round_trip'"):
+        rules.rule("nope")
 
 
 def test_readme_shows_the_rule_table():

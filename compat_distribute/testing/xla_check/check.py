@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 
 import tensorflow as tf
 
-from compat_distribute.testing.xla_check import compiling, errors
-from compat_distribute.testing.xla_check.report import TPUCompatibilityReport
+from compat_distribute.testing.xla_check import compiling, errors, rules
+from compat_distribute.testing.xla_check.report import TPUCompatibilityReport, TPUProblem
+from compat_distribute.testing.xla_check.source import user_frame
 from compat_distribute.testing.xla_check.walker import Walker
 
 
@@ -109,6 +111,82 @@ def _static(specs):
     ]
 
 
+def _step_lines(fn):
+    """`(filename, first line, last line)` of the step's source, or None."""
+    inner = getattr(fn, "python_function", fn)
+    code = getattr(inner, "__code__", None) or getattr(getattr(inner, "__call__", None), "__code__", None)
+    if code is None:
+        return None
+    try:
+        lines, first = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        lines, first = [""], code.co_firstlineno
+    return code.co_filename, first, first + len(lines) - 1
+
+
+def _returned_by(tensor):
+    """The op that made a returned tensor, past the identities tracing adds."""
+    op = tensor.op
+    while op.type == "Identity" and op.inputs:
+        op = op.inputs[0].op
+    return op
+
+
+def _check_returns(walker, graph, fn):
+    """Adds an entry for each value the step returns in a dtype its `RETURNS_OFF_TPU` rules name.
+
+    Placed on the line that made the value when it is in the step (a returned
+    `tf.constant("...")`), else on the step's `def` line (a returned Python str
+    becomes a tensor after the step returned).
+    """
+    step_rules = [r for r in rules.RULES if r.test == rules.RETURNS_OFF_TPU]
+    # An op already reported (a replica's copy of it too: the same line) is not reported again.
+    reported = {e.op_name for e in walker.entries} | {
+        (e.filename, e.lineno) for e in walker.entries if e.filename
+    }
+    lines = _step_lines(fn)
+    seen = set()
+    for output in graph.outputs:
+        dtype = output.dtype.name
+        rule = next((r for r in step_rules if r.dtypes is None or dtype in r.dtypes), None)
+        made_by = _returned_by(output)
+        filename, lineno = user_frame(made_by)
+        if rule is None or dtype in rules.TPU_DTYPES or reported & {made_by.name, (filename, lineno)}:
+            continue
+        if lines is not None and not (filename == lines[0] and lines[1] <= lineno <= lines[2]):
+            filename, lineno = lines[0], lines[1]
+        if (filename, lineno, dtype) in seen:
+            continue  # one entry for the copies of a multi-replica step
+        seen.add((filename, lineno, dtype))
+        walker.entries.append(
+            TPUProblem(
+                rule.kind,
+                "_Retval",  # what XLA calls a returned value
+                output.op.name,
+                graph.name,
+                filename,
+                lineno,
+                rule.reason("_Retval", (dtype,)),
+                rule=rule.name,
+            )
+        )
+
+
+def _check_step_arguments(entry, fn, strategy):
+    if not callable(fn):
+        raise TypeError(
+            f"{entry}(fn=...) takes the replica step function; "
+            f"received {fn!r} of type {type(fn).__name__}. Pass the function "
+            f"you would give to strategy.run, e.g. {entry}(step, ...)."
+        )
+    if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
+        raise TypeError(
+            f"{entry}(strategy=...) takes a tf.distribute.Strategy; "
+            f"received {strategy!r} of type {type(strategy).__name__}. Pass the "
+            "strategy whose run() will call the step, or leave it out."
+        )
+
+
 def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibilityReport:
     """Checks that `fn(*args, **kwargs)` compiles for a TPU, without running it.
 
@@ -122,18 +200,7 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibility
     Returns:
       A `TPUCompatibilityReport`: `.ok`, `.problems`, `.warnings`, `str()`.
     """
-    if not callable(fn):
-        raise TypeError(
-            f"check_tpu_compatible(fn=...) takes the replica step function; "
-            f"received {fn!r} of type {type(fn).__name__}. Pass the function "
-            "you would give to strategy.run, e.g. check_tpu_compatible(step, x)."
-        )
-    if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
-        raise TypeError(
-            "check_tpu_compatible(strategy=...) takes a tf.distribute.Strategy; "
-            f"received {strategy!r} of type {type(strategy).__name__}. Pass the "
-            "strategy whose run() will call the step, or leave it out."
-        )
+    _check_step_arguments("check_tpu_compatible", fn, strategy)
     if (
         strategy is None
         and tf.distribute.has_strategy()
@@ -153,6 +220,7 @@ def check_tpu_compatible(fn, *args, strategy=None, **kwargs) -> TPUCompatibility
             concrete = tf.function(step).get_concrete_function(*specs)
     walker = Walker()
     walker.walk_graph(concrete.graph)
+    _check_returns(walker, concrete.graph, fn)
 
     if strategy is None or strategy.num_replicas_in_sync == 1:
         # A TPU step always sees static shapes (TPUStrategy's input pipeline pads
@@ -182,6 +250,18 @@ def ensure_tpu_compatible(fn, args=(), kwargs=None, strategy=None) -> TPUCompati
     message for the failing ops), and hazards become one
     `TPUPerformanceWarning`. Returns the report when there is no problem.
     """
+    _check_step_arguments("ensure_tpu_compatible", fn, strategy)
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(
+            f"ensure_tpu_compatible(args=...) takes the step's positional arguments as a "
+            f"tuple or list; received {args!r} of type {type(args).__name__}. Pass "
+            f"args=(x,) for one argument."
+        )
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(
+            f"ensure_tpu_compatible(kwargs=...) takes the step's keyword arguments as a "
+            f"dict or None; received {kwargs!r} of type {type(kwargs).__name__}."
+        )
     report = check_tpu_compatible(fn, *tuple(args), strategy=strategy, **dict(kwargs or {}))
     errors.raise_or_warn(report, stacklevel=2)
     return report

@@ -30,8 +30,11 @@ FED_OFF_TPU = "fed_off_tpu"
 NO_XLA_KERNEL = "no_xla_kernel"
 XLA_KERNEL_REFUSES = "xla_kernel_refuses"
 MAKES_OFF_TPU = "makes_off_tpu"
+RETURNS_OFF_TPU = "returns_off_tpu"  # a value the step returns, not an op
 COMPILE = "compile"  # the real XLA compile of the whole step, not a per-op test
-_DTYPE_TESTS = (FED_OFF_TPU, MAKES_OFF_TPU)
+TESTS = (OP, FED_OFF_TPU, NO_XLA_KERNEL, XLA_KERNEL_REFUSES, MAKES_OFF_TPU, RETURNS_OFF_TPU, COMPILE)
+STEP_TESTS = (RETURNS_OFF_TPU, COMPILE)  # tests of the whole step, not of each op
+_DTYPE_TESTS = (FED_OFF_TPU, MAKES_OFF_TPU, RETURNS_OFF_TPU)
 
 # kTpuAllTypes (tensorflow/core/tpu/tpu_defs.h) less float64, plus the handle
 # types a TPU computation passes around. Recent TF lists DT_DOUBLE there, but
@@ -67,14 +70,13 @@ _MOVE_OUT = "move it out of the step (input pipeline, or after strategy.run retu
 _ARGUMENTS = ("Placeholder", "_Arg", "_Retval")  # compiled without a kernel
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed as objects: cheap cache keys
 class Rule:
     """One row of the table.
 
     Attributes:
       name: what the rule is called in reports (`TPUProblem.rule`) and tests.
-      test: what is tested besides the op's type: one of OP, FED_OFF_TPU,
-        NO_XLA_KERNEL, XLA_KERNEL_REFUSES, MAKES_OFF_TPU, COMPILE.
+      test: what is tested besides the op's type: one of `TESTS`.
       kind: the entry the rule adds, or None when it accepts the op.
       why: what is wrong (or why the op is fine); `{op_type}` and `{dtypes}`
         are filled in.
@@ -97,7 +99,7 @@ class Rule:
     instead_for: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
-        if self.test not in (OP, FED_OFF_TPU, NO_XLA_KERNEL, XLA_KERNEL_REFUSES, MAKES_OFF_TPU, COMPILE):
+        if self.test not in TESTS:
             raise ValueError(f"rule {self.name!r}: unknown test {self.test!r}")
         if self.dtypes is not None and self.test not in _DTYPE_TESTS:
             raise ValueError(f"rule {self.name!r}: dtypes only apply to the tests {_DTYPE_TESTS}")
@@ -227,6 +229,15 @@ RULES = (
         ),
     ),
     Rule(
+        "returns_string",
+        RETURNS_OFF_TPU,
+        UNSUPPORTED_DTYPE,
+        "the step returns a {dtypes} tensor (a Python str the step returns becomes one), and a "
+        "TPU step can return only numbers and bools",
+        "return numbers (or nothing) from the step, and make the text after strategy.run returns",
+        dtypes=frozenset(["string"]),
+    ),
+    Rule(
         "xla_compile",
         COMPILE,
         XLA_COMPILE,
@@ -235,12 +246,12 @@ RULES = (
     ),
 )
 
-_BY_NAME = {rule.name: rule for rule in RULES}
-
-
 def rule(name: str) -> Rule:
-    """The rule called `name`."""
-    return _BY_NAME[name]
+    """The rule called `name` (looked up in `RULES` each time: the table is the one place)."""
+    for candidate in RULES:
+        if candidate.name == name:
+            return candidate
+    raise KeyError(f"no XLA check rule is called {name!r}; the rules are {[r.name for r in RULES]}")
 
 
 # ------------------------------------------------------------ the README
@@ -267,6 +278,8 @@ def condition(rule_: Rule) -> str:
         XLA_KERNEL_REFUSES: f"{ops} whose XLA kernels all refuse its dtypes",
         MAKES_OFF_TPU: f"{ops} with an output of {off_tpu} (calls, `cond` and `while` excepted: "
         "their bodies are walked)",
+        RETURNS_OFF_TPU: f"a value of {off_tpu} that the step returns, made where no rule above "
+        "reports it",
         COMPILE: "the real XLA compile of the step fails where no rule above explains it",
     }[rule_.test]
 
@@ -282,7 +295,8 @@ def readme_table() -> str:
             as_ = "accepted"
         else:
             as_ = f"{'problem' if rule_.kind in PROBLEM_KINDS else 'warning'} (`{rule_.kind}`)"
-        why = rule_.why.format(op_type="the op", dtypes="`float64`, `complex128`, `string`, ...")
+        off_tpu = ", ".join(f"`{d}`" for d in sorted(rule_.dtypes or ())) or "`float64`, `complex128`, `string`, ..."
+        why = rule_.why.format(op_type="the op", dtypes=off_tpu)
         todo = "; ".join([rule_.instead] + [f"`{op}`: {text}" for op, text in rule_.instead_for])
         lines.append(f"| `{rule_.name}` | {condition(rule_)} | {as_} | {why} | {todo.strip('; ')} |")
     lines.append("")
