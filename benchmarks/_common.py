@@ -64,13 +64,23 @@ def compare(candidate, baseline, *, repeats=15, number=20, warmup=3):
                 fn()
             out.append((time.perf_counter() - start) / number)
     c, b = statistics.median(cand), statistics.median(base)
-    return {"candidate_s": c, "baseline_s": b, "ratio": c / b}
+    return {
+        "candidate_s": c,
+        "baseline_s": b,
+        "ratio": c / b,
+        # Spread of the per-repeat ratios, each repeat's pair timed back to back.
+        "ratio_min": min(x / y for x, y in zip(cand, base)),
+        "ratio_max": max(x / y for x, y in zip(cand, base)),
+    }
 
 
 def table_row(measure, result, target=""):
     """A README row for a compare() result: the ratio and both absolute times."""
+    spread = (
+        f" [{result['ratio_min']:.2f}-{result['ratio_max']:.2f}]" if "ratio_min" in result else ""
+    )
     value = (
-        f"{result['ratio']:.3f} ({result['candidate_s'] * 1e6:,.0f} us vs "
+        f"{result['ratio']:.3f}{spread} ({result['candidate_s'] * 1e6:,.0f} us vs "
         f"{result['baseline_s'] * 1e6:,.0f} us)"
     )
     return {"measure": measure, "value": value, "target": target}

@@ -1,14 +1,17 @@
-"""Fake TPU pods' cost: start-up of a v3-32's 4 hosts to the first all-reduce, and
-a step of the pod against a one-host v3-8 and against the same 32 replicas in
-one process (`hosts=1`), for a step whose loss is reduced to one value (as a
-training step returns it) and for one that returns every replica's output
-(each output on another host costs TensorFlow a remote handle).
+"""Fake TPU pods' cost, timed on a real training step.
 
-The three strategies live in one client process, so the steps are timed side
-by side, alternating (`_common.compare`). Start-up is timed over cold starts
-(fresh host processes each; this process stays the client).
+The step is what users run: a two-layer Dense model, a Keras SGD optimizer,
+gradients all-reduced over every replica, the loss reduced to one value; a
+per-replica batch of 8, so the global batch grows with the replicas, as on a
+TPU. It runs 1 and 10 steps a call (a `tf.range` loop inside the function).
+A v3-32 pod (4 host processes) is timed against a one-host v3-8 and against
+the same 32 replicas in this process (`hosts=1`), side by side, alternating
+(`_common.compare`). Extra rows: the variable-free step of earlier rounds (a
+matmul of constants, one scalar all-reduced; labelled as such), start-up of
+the hosts to the first all-reduce over cold starts, the hosts' memory, and
+an 8-host pod (v5litepod-32) against its own `hosts=1` twin.
 
-`python benchmarks/bench_pods.py [--cold-starts N] [--repeats N]`.
+`python benchmarks/bench_pods.py [--cold-starts N] [--repeats N] [--no-eight-hosts]`.
 """
 
 import argparse
@@ -23,12 +26,53 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # pylint: disable=wrong-import-position
 
 POD = "v3-32"
+EIGHT_HOSTS = "v5litepod-32"
 FEATURES = 64
+PER_REPLICA_BATCH = 8
 
 
-def _steps(strategy):
-    """Two steps of a small matmul per replica, its sum all-reduced: one returns
-    the loss reduced to one value (a training step), one every replica's output."""
+def _training_step(strategy, steps_per_call):
+    """A callable running `steps_per_call` training steps; returns the last loss."""
+    import keras
+    import tensorflow as tf
+
+    replicas = strategy.num_replicas_in_sync
+    with strategy.scope():
+        model = keras.Sequential(
+            [
+                keras.Input((FEATURES,)),
+                keras.layers.Dense(FEATURES, activation="relu"),
+                keras.layers.Dense(1),
+            ]
+        )
+        optimizer = keras.optimizers.SGD(0.01)
+    features = tf.random.stateless_uniform([PER_REPLICA_BATCH * replicas, FEATURES], seed=(1, 2))
+    labels = tf.reduce_sum(features, axis=1, keepdims=True)
+    dataset = (
+        tf.data.Dataset.from_tensors((features, labels)).unbatch().repeat()
+        .batch(PER_REPLICA_BATCH * replicas, drop_remainder=True)
+    )
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y)) / replicas
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train(iterator):
+        loss = tf.constant(0.0)
+        for _ in tf.range(steps_per_call):
+            loss = strategy.reduce("SUM", strategy.run(replica_step, args=next(iterator)), axis=None)
+        return loss
+
+    return lambda: train(iterator).numpy()
+
+
+def _variable_free_step(strategy):
+    """Earlier rounds' step: no variables, no gradients (kept as a labelled extra row)."""
     import tensorflow as tf
 
     def replica():
@@ -40,37 +84,44 @@ def _steps(strategy):
     def reduced():
         return strategy.reduce("SUM", strategy.run(replica), axis=None)
 
-    @tf.function
-    def per_replica():
-        return strategy.run(replica)
-
-    return {
-        "reduced": lambda: reduced().numpy(),
-        "per_replica": lambda: strategy.experimental_local_results(per_replica())[0].numpy(),
-    }
+    return lambda: reduced().numpy()
 
 
-def _cold_start_s():
-    """Seconds from starting the pod's hosts to its first all-reduce's result."""
+def _cold_start_s(preset):
+    """Seconds from starting the pod's hosts to its first all-reduce's result, and
+    the hosts' resident memory (MiB, each) then."""
     import tensorflow as tf
 
     from compat_distribute.testing import fake_tpu
 
     start = time.perf_counter()
-    with fake_tpu(POD) as fake:
+    with fake_tpu(preset) as fake:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
         strategy = tf.distribute.TPUStrategy(resolver)
-        value = _steps(strategy)["per_replica"]()
+        value = _variable_free_step(strategy)()
         took = time.perf_counter() - start
-        assert value == 32.0 * FEATURES, value
-        assert strategy.extended.num_hosts == fake.pod.num_hosts == 4
-    return took
+        replicas = strategy.num_replicas_in_sync
+        assert value == replicas * replicas * FEATURES, value
+        rss = [_rss_mib(pid) for pid in fake.pod.pids]
+    return took, rss
+
+
+def _rss_mib(pid):
+    """Resident memory of process `pid`, MiB (Linux)."""
+    with open(f"/proc/{pid}/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return kib / 1024
+
+
+def _spread(values):
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cold-starts", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--no-eight-hosts", dest="eight_hosts", action="store_false")
     args = parser.parse_args(argv)
 
     from compat_distribute.testing import set_virtual_devices
@@ -79,59 +130,95 @@ def main(argv=None):
     from compat_distribute.testing import FakeTPUClusterResolver
     from compat_distribute.testing import FakeTPUStrategy
 
-    starts = [_cold_start_s() for _ in range(args.cold_starts)]
+    starts = [_cold_start_s(POD) for _ in range(args.cold_starts)]
+    timing = dict(repeats=args.repeats, number=3, warmup=2)
 
-    pod_resolver = FakeTPUClusterResolver(POD)
+    strategies = {}
+    pods = []
     try:
-        pod = _steps(FakeTPUStrategy(pod_resolver))
-        one_process = _steps(FakeTPUStrategy(FakeTPUClusterResolver(POD, hosts=1)))
-        v3_8 = _steps(FakeTPUStrategy(FakeTPUClusterResolver("v3-8")))
-        timing = dict(repeats=args.repeats, number=5, warmup=2)
-        compared = {
-            (kind, baseline): _common.compare(pod[kind], steps[kind], **timing)
-            for kind in ("reduced", "per_replica")
-            for baseline, steps in (("v3-8", v3_8), ("hosts=1", one_process))
-        }
+        pods.append(FakeTPUClusterResolver(POD))
+        strategies["pod"] = FakeTPUStrategy(pods[-1])
+        strategies["hosts=1"] = FakeTPUStrategy(FakeTPUClusterResolver(POD, hosts=1))
+        strategies["v3-8"] = FakeTPUStrategy(FakeTPUClusterResolver("v3-8"))
+        compared = {}
+        for steps in (1, 10):
+            calls = {name: _training_step(s, steps) for name, s in strategies.items()}
+            for baseline in ("v3-8", "hosts=1"):
+                compared[f"train{steps}", baseline] = _common.compare(
+                    calls["pod"], calls[baseline], **timing
+                )
+        free = {name: _variable_free_step(s) for name, s in strategies.items()}
+        compared["variable_free", "v3-8"] = _common.compare(free["pod"], free["v3-8"], **timing)
+        eight = None
+        if args.eight_hosts:
+            eight_starts = [_cold_start_s(EIGHT_HOSTS)]
+            pods.append(FakeTPUClusterResolver(EIGHT_HOSTS))
+            eight_pod = _training_step(FakeTPUStrategy(pods[-1]), 1)
+            eight_one = _training_step(FakeTPUStrategy(FakeTPUClusterResolver(EIGHT_HOSTS, hosts=1)), 1)
+            eight = (eight_starts, _common.compare(eight_pod, eight_one, **timing))
     finally:
-        pod_resolver.pod.stop()
+        for resolver in pods:
+            resolver.pod.stop()
 
-    start_s = statistics.median(starts)
-    kinds = {"reduced": "loss reduced to one value", "per_replica": "32 per-replica outputs"}
+    start_s = [s for s, _ in starts]
+    rss = [r for _, rs in starts for r in rs]
     rows = {
-        "v3-32 start-up to first all-reduce, s (median)": start_s,
-        "v3-32 start-ups, s": starts,
-        **{
-            f"v3-32 pod step vs {baseline} step, {kinds[kind]}": result
-            for (kind, baseline), result in compared.items()
-        },
+        "v3-32 start-up to first all-reduce, s": _spread(start_s),
+        "v3-32 host RSS at first all-reduce, MiB": _spread(rss),
+        **{f"v3-32 pod {kind} vs {baseline}": r for (kind, baseline), r in compared.items()},
     }
     table = [
         {
             "measure": "v3-32 pod (4 host processes): start-up to first all-reduce",
-            "value": f"{start_s:.1f} s (median of {len(starts)})",
+            "value": "{min:.1f} / {median:.1f} / {max:.1f} s (min / median / max)".format(
+                **rows["v3-32 start-up to first all-reduce, s"]
+            ),
             "target": "<= 10 s",
         },
-        _common.table_row(
-            "v3-32 pod step / v3-8 step, loss reduced to one value (32 vs 8 replicas)",
-            compared["reduced", "v3-8"],
-            "<= 4.4",
-        ),
-        _common.table_row(
-            "v3-32 pod step / v3-8 step, 32 vs 8 per-replica outputs",
-            compared["per_replica", "v3-8"],
-            "(reported)",
-        ),
-        _common.table_row(
-            "v3-32 pod step / v3-32 hosts=1 step, loss reduced to one value",
-            compared["reduced", "hosts=1"],
-            "(reported)",
-        ),
-        _common.table_row(
-            "v3-32 pod step / v3-32 hosts=1 step, 32 per-replica outputs",
-            compared["per_replica", "hosts=1"],
-            "(reported)",
-        ),
+        {
+            "measure": "v3-32 pod: resident memory per host process",
+            "value": "{median:.0f} MiB (median; {min:.0f}-{max:.0f})".format(
+                **rows["v3-32 host RSS at first all-reduce, MiB"]
+            ),
+            "target": "(reported)",
+        },
     ]
+    for steps in (1, 10):
+        table += [
+            _common.table_row(
+                f"v3-32 pod / v3-8, training step, {steps} step(s) a call",
+                compared[f"train{steps}", "v3-8"],
+                "<= 4.4",
+            ),
+            _common.table_row(
+                f"v3-32 pod / v3-32 hosts=1, training step, {steps} step(s) a call",
+                compared[f"train{steps}", "hosts=1"],
+                "<= 1.0",
+            ),
+        ]
+    table.append(
+        _common.table_row(
+            "v3-32 pod / v3-8, variable-free step (matmul of constants, scalar all-reduce)",
+            compared["variable_free", "v3-8"],
+            "(extra row)",
+        )
+    )
+    if eight is not None:
+        (eight_start, _), result = eight[0][0], eight[1]
+        rows[f"{EIGHT_HOSTS} start-up to first all-reduce, s"] = eight_start
+        rows[f"{EIGHT_HOSTS} pod training step vs hosts=1"] = result
+        table += [
+            {
+                "measure": f"{EIGHT_HOSTS} pod (8 host processes): start-up to first all-reduce",
+                "value": f"{eight_start:.1f} s",
+                "target": "<= 30 s",
+            },
+            _common.table_row(
+                f"{EIGHT_HOSTS} pod / {EIGHT_HOSTS} hosts=1, training step, 1 step a call",
+                result,
+                "(reported)",
+            ),
+        ]
     _common.report("pods", rows, table)
     sys.stdout.flush()
     os._exit(0)  # TensorFlow may block at exit on a context whose hosts are gone.

@@ -21,6 +21,7 @@ import threading
 import tensorflow as tf
 
 from compat_distribute.testing import _tf
+from compat_distribute.testing._fake_tpu import pod_reduce
 from compat_distribute.testing.cluster import host as host_lib
 from compat_distribute.testing.cluster import netns
 
@@ -245,9 +246,10 @@ class FakePod:
                 extended,
                 container_strategy,
                 devices=list(devices),
-                # What MirroredStrategy itself requires of devices on several
-                # hosts (its in-graph multi-worker check). Its default, a RING
-                # collective over every core, passes each step around all
-                # cores in turn: 15x slower here (benchmarks/bench_pods.py).
-                cross_device_ops=tf.distribute.ReductionToOneDevice(),
+                # Within each host first, then one transfer per host. Stock
+                # MirroredStrategy's default for devices on several hosts, a
+                # RING collective over every core, passes each step around all
+                # cores in turn; ReductionToOneDevice sends every core's value
+                # over gRPC (benchmarks/bench_pods.py).
+                cross_device_ops=pod_reduce.HostFirstReduction(),
             )
