@@ -4,6 +4,7 @@ from compat_distribute import _patching
 from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
 from compat_distribute.testing._fake_tpu import strategy as strategy_lib
+from compat_distribute.testing._fake_tpu import system
 from compat_distribute.testing._fake_tpu import topologies
 
 
@@ -82,20 +83,20 @@ class FakeTPU:
         return self._pod
 
     def _routes(self):
-        system = (
-            ("initialize_tpu_system", resolver_lib.initialize_tpu_system),
-            ("shutdown_tpu_system", resolver_lib.shutdown_tpu_system),
+        system_calls = (
+            ("initialize_tpu_system", system.initialize_tpu_system),
+            ("shutdown_tpu_system", system.shutdown_tpu_system),
         )
         connect = (
-            ("experimental_connect_to_cluster", resolver_lib.connect_to_cluster),
-            ("experimental_connect_to_host", resolver_lib.connect_to_host),
+            ("experimental_connect_to_cluster", system.connect_to_cluster),
+            ("experimental_connect_to_host", system.connect_to_host),
         )
         routes = []
         for root in ("", "compat.v2.", "compat.v1."):
             routes.append(
                 (root + "distribute.cluster_resolver", "TPUClusterResolver", self._resolver_class)
             )
-            routes += [(root + "tpu.experimental", name, fn) for name, fn in system]
+            routes += [(root + "tpu.experimental", name, fn) for name, fn in system_calls]
             routes += [(root + "config", name, fn) for name, fn in connect]
         for root in ("", "compat.v2."):
             routes += [
@@ -121,7 +122,7 @@ class FakeTPU:
         if self._pod is not None:
             self._pod.start()  # Before the patch: a failed start leaves nothing routed.
         self._patch.start()
-        resolver_lib.ACTIVE.append(self)
+        system.activate(self)
         return self
 
     def stop(self):
@@ -132,7 +133,7 @@ class FakeTPU:
                 self._pod.stop()
         finally:
             self._patch.stop()
-            resolver_lib.ACTIVE.remove(self)
+            system.deactivate(self)
 
     def __enter__(self):
         return self.start()
@@ -167,7 +168,7 @@ def _resolver_class(fake):
         @staticmethod
         def connect(tpu=None, zone=None, project=None):
             resolver = TPUClusterResolver(tpu, zone, project)
-            resolver_lib.initialize_tpu_system(resolver)
+            system.initialize_tpu_system(resolver)
             return resolver
 
     return TPUClusterResolver

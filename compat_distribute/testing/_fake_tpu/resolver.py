@@ -1,24 +1,21 @@
-"""The fake TPU's cluster resolver and TPU system calls.
+"""The fake TPU's cluster resolver.
 
 `FakeTPUClusterResolver` answers like `TPUClusterResolver(tpu="local")` on the
-host of a one-host slice; `initialize_tpu_system` and `shutdown_tpu_system`
-stand in for `tf.tpu.experimental`'s, and the connect functions accept the fake
-(which is local already) and pass every other target to TensorFlow.
+host of a one-host slice, and names its strategy's builder as
+`compat_distribute.TPUStrategy`'s backend. The TPU system calls and the fakes
+in force are `system`'s.
 """
 
 import numpy as np
 import tensorflow as tf
 
+from compat_distribute import tpu
 from compat_distribute.testing import _tf
 from compat_distribute.testing import devices as _devices
 from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import topologies
 
 JOB = "worker"
-
-# TPU names initialised and not shut down since, as TF's tpu_strategy_util keeps them.
-_INITIALIZED = set()
-
 
 def check_config(topology, mesh_shape, strict, device_type):
     """`(name, mesh)` of a fake TPU's arguments; raises before any state changes."""
@@ -73,7 +70,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
             self.pod = None
             self._core_devices = tuple(_devices.set_virtual_devices(self._num_cores, device_type))
         else:  # The hosts of a fake of this pod in force, else its own.
-            self.pod = _active_pod(self._topology_name) or pod
+            self.pod = pod_lib.shared(self._topology_name) or pod
             self._core_devices = self.pod.core_devices
         self._tpu = f"fake-{self._topology_name}"  # TF's initialize_tpu_system keys on this.
         self.task_type = job_name
@@ -230,16 +227,14 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         _check_cores_named_once(device_assignment)
         return device_assignment
 
-    def compat_distribute_strategy(
-        self, *, steps_per_run, device_assignment, spmd_xla_partitioning
-    ):
-        """The backend seam of `compat_distribute.TPUStrategy`: a `FakeTPUStrategy`."""
-        # The strategy module imports this one.
-        from compat_distribute.testing._fake_tpu import strategy  # pylint: disable=import-outside-toplevel
 
-        return strategy.FakeTPUStrategy._build(  # pylint: disable=protected-access
-            self, device_assignment, spmd_xla_partitioning, steps_per_run
-        )
+# The backend of compat_distribute.TPUStrategy for this resolver (tpu.TPUBackend),
+# loaded on first use: the strategy module imports this one.
+setattr(
+    FakeTPUClusterResolver,
+    tpu.BACKEND_ATTRIBUTE,
+    "compat_distribute.testing._fake_tpu.strategy:build",
+)
 
 
 def _check_cores_named_once(device_assignment):
@@ -278,92 +273,3 @@ def _check_cores_named_once(device_assignment):
 
 def _tuple_text(values):
     return "(" + ", ".join(str(v) for v in values) + ")"
-
-
-def is_fake(resolver):
-    return isinstance(resolver, FakeTPUClusterResolver)
-
-
-# The fake TPUs in force (innermost last), for calls that pass no resolver.
-ACTIVE = []
-
-
-def _active_pod(name):
-    """The hosts of the innermost fake of pod `name` in force, shared by its resolvers."""
-    for fake in reversed(ACTIVE):
-        pod = fake._pod  # pylint: disable=protected-access
-        if pod is not None and pod.name == name:
-            return pod
-    return None
-
-
-def default_resolver():
-    """What TF1's `TPUClusterResolver("")` gives: the active fake's slice, else the default."""
-    if ACTIVE:
-        return ACTIVE[-1].resolver()
-    return FakeTPUClusterResolver()
-
-
-def fake_resolver(name, resolver):
-    """`resolver`, or the default one for None; raises for a resolver that is not a fake."""
-    if resolver is None:
-        return default_resolver()
-    if not is_fake(resolver):
-        raise TypeError(
-            f"{name} must be a compat_distribute.testing.FakeTPUClusterResolver (or None); "
-            f"got {resolver!r} ({type(resolver).__name__}). Build the resolver inside "
-            f"fake_tpu(), or pass FakeTPUClusterResolver(...) directly."
-        )
-    return resolver
-
-
-def initialize_tpu_system(cluster_resolver=None):
-    """`tf.tpu.experimental.initialize_tpu_system` for a fake TPU.
-
-    Returns the slice's `tf.tpu.experimental.Topology`, from which
-    `tf.tpu.experimental.DeviceAssignment.build` makes device assignments.
-    Initialising a slice twice logs TensorFlow's warning, in its words.
-    """
-    resolver = fake_resolver("cluster_resolver", cluster_resolver)
-    name = resolver._tpu  # pylint: disable=protected-access
-    if name in _INITIALIZED:
-        tf.get_logger().warning(
-            "TPU system %s has already been initialized. "
-            "Reinitializing the TPU can cause previously created "
-            "variables on TPU to be lost.",
-            name,
-        )
-    if resolver.pod is not None:
-        resolver.pod.start()
-    topology = resolver.tpu_topology()
-    resolver.set_tpu_topology(topology.serialized())
-    _INITIALIZED.add(name)
-    return topology
-
-
-def shutdown_tpu_system(cluster_resolver=None):
-    """`tf.tpu.experimental.shutdown_tpu_system` for a fake TPU."""
-    resolver = fake_resolver("cluster_resolver", cluster_resolver)
-    resolver._tpu_topology = None  # pylint: disable=protected-access
-    _INITIALIZED.discard(resolver._tpu)  # pylint: disable=protected-access
-
-
-def connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs):
-    """`tf.config.experimental_connect_to_cluster`: a one-host fake TPU is local
-    already; a pod's client connects to its hosts."""
-    if is_fake(cluster_spec_or_resolver):
-        if cluster_spec_or_resolver.pod is not None:
-            cluster_spec_or_resolver.pod.connect(*args, **kwargs)
-        return None
-    return _tf.connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs)
-
-
-def connect_to_host(remote_host=None, job_name="worker"):
-    """`tf.config.experimental_connect_to_host` (TF 2.0-2.2 TPU set-up).
-
-    Inside `fake_tpu()`, the fake resolver's `master()` ("", a local TPU) is the
-    fake itself, local already; any other host goes to TensorFlow.
-    """
-    if ACTIVE and remote_host in ("", [""], ("",)):
-        return None
-    return _tf.connect_to_remote_host(remote_host, job_name)
