@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from compat_distribute.testing import PRESETS
-from compat_distribute.testing import TOPOLOGIES
 from compat_distribute.testing import fake_tpu
 from compat_distribute.testing._fake_tpu import topologies
 from compat_distribute.testing.cluster import workdir
@@ -86,7 +85,6 @@ def test_pod_presets_have_their_hosts_of_four_chips(name, hosts, chips, cores, m
         cores,
         mesh,
     )
-    assert name not in TOPOLOGIES  # the one-host table the plugin and smoke read
     coordinates = topologies.device_coordinates(mesh, hosts)
     assert coordinates.shape == (hosts, cores // hosts, 4)
     # Every core once; each host holds a 2x2x1 block of chips.
@@ -118,7 +116,7 @@ def test_a_host_count_the_slice_does_not_have_is_refused(topology, hosts, accept
         fake_tpu(topology, hosts=hosts)
     assert str(raised.value) == (
         f"hosts must be None or {accepted} for the TPU slice {topology!r}; got {hosts!r}. "
-        f"A slice has the hosts of its preset: pick a pod preset ({', '.join(topologies.PODS)}) "
+        f"A slice has the hosts of its preset: pick a pod preset ({', '.join(topologies.pod_names())}) "
         f"for several hosts."
     )
 

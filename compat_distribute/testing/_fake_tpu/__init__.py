@@ -27,4 +27,4 @@ __getattr__, __dir__, _LAZY = _lazy.attach(
         "compat_distribute.testing._fake_tpu.strategy": ("FakeTPUStrategy",),
     },
 )
-__all__ = ("DEFAULT_TOPOLOGY", "PRESETS", "TOPOLOGIES") + _LAZY
+__all__ = ("DEFAULT_TOPOLOGY", "PRESETS") + _LAZY

@@ -30,7 +30,7 @@ class FakeTPU:
 
     def __init__(
         self,
-        topology=topologies.DEFAULT_TOPOLOGY,
+        topology=None,
         *,
         mesh_shape=None,
         strict=False,
@@ -175,7 +175,7 @@ def _resolver_class(fake):
 
 
 def fake_tpu(
-    topology=topologies.DEFAULT_TOPOLOGY,
+    topology=None,
     *,
     mesh_shape=None,
     strict=False,
@@ -183,6 +183,8 @@ def fake_tpu(
     hosts=None,
 ):
     """A `FakeTPU`: `with fake_tpu("v3-8"): ...` runs unmodified TPU code on CPUs.
+
+    `topology=None` is the default preset (`DEFAULT_TOPOLOGY`).
 
     `fake_tpu("v3-32")` is a pod: one server process per host, driven by this
     process as the pod's client; `hosts=1` keeps every core in this process.

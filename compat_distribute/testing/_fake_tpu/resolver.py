@@ -33,6 +33,9 @@ def check_config(topology, mesh_shape, strict, device_type):
 class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     """A one-host TPU slice of `topology` (or `mesh_shape`) on logical devices.
 
+    `topology` is a preset name of `PRESETS`; None is the default preset
+    (`DEFAULT_TOPOLOGY`, "v3-8"), or the mesh's own name with `mesh_shape`.
+
     Answers like `TPUClusterResolver(tpu="local")` on a TPU host with that
     slice: `num_accelerators()` is `{"TPU": cores}`, `master()` is "",
     `cluster_spec()` is empty, `get_tpu_system_metadata()` reports one host
@@ -50,7 +53,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
 
     def __init__(
         self,
-        topology=topologies.DEFAULT_TOPOLOGY,
+        topology=None,
         *,
         mesh_shape=None,
         strict=False,
