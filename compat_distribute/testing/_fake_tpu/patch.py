@@ -1,5 +1,7 @@
 """`FakeTPU` / `fake_tpu()`: TensorFlow's TPU entry points routed to the fake."""
 
+import os
+
 from compat_distribute import _patching
 from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
@@ -22,6 +24,14 @@ class FakeTPU:
     `compat_distribute.TPUStrategy()` with no resolver (TF1's
     `TPUClusterResolver("")`) builds one too. A context manager, and
     `start()`/`stop()` as in chex.
+
+    A one-host resolver built from a TPU name, a "grpc://host:port" address,
+    or with `TPU_NAME` / `COLAB_TPU_ADDR` set answers as a Cloud or Colab TPU's
+    does (`system.cloud_address`): `master()` is a grpc:// address and
+    `cluster_spec()` has a `worker` job. Nothing connects there: a TF1 session,
+    `experimental_connect_to_cluster` or `experimental_connect_to_host` naming
+    it runs on the fake, in this process, and a TF1 session here sees every
+    core (`system.session_arguments`).
 
     A pod preset ("v3-32") starts its hosts, one server process each, in
     `start()`, and stops them in `stop()`; every resolver the fake makes
@@ -49,6 +59,7 @@ class FakeTPU:
             hosts=hosts,
         )
         self._owns_pod = True  # False for a pod shared with a resolver (see `of`)
+        self._addresses = set()  # "host:port" its resolvers answer as (Cloud-like)
         self._resolver_class = _resolver_class(self)
         self._patch = _patching.Patch(self._routes())
 
@@ -82,6 +93,11 @@ class FakeTPU:
         """The `FakePod` of a pod preset (its hosts), None for one host."""
         return self._pod
 
+    @property
+    def addresses(self):
+        """The "host:port" addresses its resolvers answer as; sessions there run here."""
+        return frozenset(self._addresses)
+
     def _routes(self):
         system_calls = (
             ("initialize_tpu_system", system.initialize_tpu_system),
@@ -110,6 +126,9 @@ class FakeTPU:
         routes.append(
             ("compat.v1.distribute.experimental", "TPUStrategy", strategy_lib.FakeTPUStrategyV1)
         )
+        routes += [
+            ("compat.v1." + name, "__init__", init) for name, init in system.SESSION_INITS.items()
+        ]
         return routes
 
     @property
@@ -160,10 +179,16 @@ def _resolver_class(fake):
             service=None,
             discovery_url=None,
         ):
-            del tpu, zone, project, coordinator_name, coordinator_address
+            del zone, project, coordinator_name, coordinator_address
             del credentials, service, discovery_url
-            super().__init__(job_name=job_name, **fake._config)  # pylint: disable=protected-access
+            # A pod's hosts have addresses of their own.
+            address = None if fake.pod is not None else system.cloud_address(tpu, os.environ)
+            super().__init__(
+                job_name=job_name, address=address, **fake._config  # pylint: disable=protected-access
+            )
             fake._share_pod(self)  # pylint: disable=protected-access
+            if address is not None:
+                fake._addresses.add(address)  # pylint: disable=protected-access
 
         @staticmethod
         def connect(tpu=None, zone=None, project=None):

@@ -49,6 +49,11 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     on first use (`master()`, `cluster_spec()`, a strategy) and stopped by
     `pod.stop()` or at exit; inside `fake_tpu()` of that preset it shares the
     fake's hosts. `hosts=1` puts every core of the slice in this process.
+
+    `address="host:port"` makes a one-host slice answer as a Cloud or Colab
+    TPU's resolver does: `master()` is "grpc://host:port" and `cluster_spec()`
+    has that task in job `job_name`. Nothing connects there: inside
+    `fake_tpu()`, sessions and connects that name it run on the fake, locally.
     """
 
     def __init__(
@@ -60,12 +65,14 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         device_type="CPU",
         job_name=JOB,
         hosts=None,
+        address=None,
     ):
         self._topology_name, self._mesh_shape = check_config(
             topology, mesh_shape, strict, device_type
         )
         self._num_hosts = topologies.host_count(self._topology_name, hosts)
         pod = pod_lib.for_slice(self._topology_name, self._mesh_shape, self._num_hosts, device_type)
+        self._address = _check_address(address, pod)
         self._num_cores = int(np.prod(self._mesh_shape))
         self._strict = strict
         self._device_type = device_type
@@ -84,7 +91,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     def __repr__(self):
         return (
             f"FakeTPUClusterResolver({self._topology_name!r}, mesh_shape={self._mesh_shape}, "
-            f"cores={self._num_cores}, hosts={self._num_hosts}, device_type={self._device_type!r})"
+            f"cores={self._num_cores}, hosts={self._num_hosts}, device_type={self._device_type!r}"
+            + ("" if self._address is None else f", address={self._address!r}")
+            + ")"
         )
 
     # What the fake is.
@@ -114,6 +123,11 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         return self._device_type
 
     @property
+    def address(self):
+        """The "host:port" this one-host slice answers as (see the class); None: local."""
+        return self._address
+
+    @property
     def core_devices(self):
         """The logical devices that stand in for TPU cores 0..cores-1."""
         return self._core_devices
@@ -132,7 +146,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     def replace(self, *, strict):
         """A new resolver of this slice, sharing its hosts, with `strict` changed."""
         resolver = FakeTPUClusterResolver(
-            **dict(self.arguments(), strict=strict), job_name=self.task_type
+            **dict(self.arguments(), strict=strict),
+            job_name=self.task_type,
+            address=self._address,
         )
         if self.pod is not None:
             resolver.pod = self.pod
@@ -142,7 +158,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
 
     def master(self, task_type=None, task_id=None, rpc_layer=None):
         del task_type, task_id, rpc_layer
-        return "" if self.pod is None else self.pod.master()
+        if self.pod is not None:
+            return self.pod.master()
+        return "" if self._address is None else "grpc://" + self._address
 
     def get_master(self):
         return self.master()
@@ -154,7 +172,11 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         return "/job:" + self.get_job_name() + "/task:0"
 
     def cluster_spec(self):
-        return tf.train.ClusterSpec({}) if self.pod is None else self.pod.cluster_spec()
+        if self.pod is not None:
+            return self.pod.cluster_spec()
+        if self._address is None:
+            return tf.train.ClusterSpec({})
+        return tf.train.ClusterSpec({self.task_type: [self._address]})
 
     def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
         """The cores of one host, as TF's (all of them on a one-host slice)."""
@@ -238,6 +260,23 @@ setattr(
     tpu.BACKEND_ATTRIBUTE,
     "compat_distribute.testing._fake_tpu.strategy:build",
 )
+
+
+def _check_address(address, pod):
+    """`address` ("host:port" or None); refused for a pod, whose hosts have their own."""
+    if address is None:
+        return None
+    host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+    if not host or not port.isdigit() or "/" in address:
+        raise ValueError(
+            f"address must be 'host:port' (for example '127.0.0.1:8470'); got {address!r}."
+        )
+    if pod is not None:
+        raise ValueError(
+            f"address applies to a one-host slice; got {address!r} for the pod {pod.name!r}, "
+            f"whose hosts have their own addresses (see resolver.pod). Leave address out."
+        )
+    return address
 
 
 def _check_cores_named_once(device_assignment):
