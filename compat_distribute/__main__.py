@@ -4,7 +4,9 @@
 fake TPU (default), a real TPU (`--tpu NAME`) or whatever is here
 (`--tpu auto`), prints one line per check and exits 0 only if all passed.
 Exit codes: 0 all passed, 1 a check failed or the hardware was unreachable,
-2 bad command line (checked before any TensorFlow or TPU look-up).
+2 bad command line (checked before any TPU look-up). `--help`, `--version`
+and a bad command name import no TensorFlow; the `smoke` command's own parser
+does (its check table is `compat_distribute.smoke.checks`).
 
 Its output is the report alone: TensorFlow's native log lines (oneDNN, CUDA
 stubs, cuInit) are held back, and shown only when the run fails, unless
@@ -98,7 +100,7 @@ def build_parser():
 
 
 def build_smoke_parser():
-    """The `smoke` command's parser (imports TensorFlow, for the topology names)."""
+    """The `smoke` command's parser (imports TensorFlow, with the check table)."""
     from compat_distribute import smoke  # pylint: disable=g-import-not-at-top
 
     table = smoke.checks.CHECKS  # read here, so a row added to the table is offered
