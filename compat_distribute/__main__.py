@@ -4,7 +4,9 @@
 fake TPU (default), a real TPU (`--tpu NAME`) or whatever is here
 (`--tpu auto`), prints one line per check and exits 0 only if all passed.
 Exit codes: 0 all passed, 1 a check failed or the hardware was unreachable,
-2 bad command line (checked before any TensorFlow or TPU look-up).
+2 bad command line (checked before any TPU look-up). `--help`, `--version`
+and a bad command name import no TensorFlow; the `smoke` command's own parser
+does (its check table is `compat_distribute.smoke.checks`).
 
 Its output is the report alone: TensorFlow's native log lines (oneDNN, CUDA
 stubs, cuInit) are held back, and shown only when the run fails, unless
@@ -98,10 +100,11 @@ def build_parser():
 
 
 def build_smoke_parser():
-    """The `smoke` command's parser (imports TensorFlow, for the topology names)."""
+    """The `smoke` command's parser (imports TensorFlow, with the check table)."""
     from compat_distribute import smoke  # pylint: disable=g-import-not-at-top
 
-    checks = "\n".join(f"  {c.name:<20} {c.what}" for c in smoke.CHECKS)
+    table = smoke.checks.CHECKS  # read here, so a row added to the table is offered
+    checks = "\n".join(f"  {c.name:<20} {c.what}" for c in table)
     parser = argparse.ArgumentParser(
         prog=f"{PROG} smoke",
         description=(
@@ -157,7 +160,7 @@ def build_smoke_parser():
     )
     parser.add_argument(
         "--inject-failure",
-        choices=smoke.CHECK_NAMES,
+        choices=[c.name for c in table],
         metavar="CHECK",
         help="fail the named check after it ran, to try the failure path "
         "(one of the checks above)",
@@ -185,7 +188,6 @@ def main(argv=None):
 
 def _check_fake_options(args, parser):
     """Refuses --topology and --hosts for a real TPU, and hosts the topology lacks."""
-    from compat_distribute import smoke  # pylint: disable=g-import-not-at-top
     from compat_distribute.testing._fake_tpu import topologies  # pylint: disable=g-import-not-at-top
 
     for option, value in (("--topology", args.topology), ("--hosts", args.hosts)):
@@ -194,12 +196,11 @@ def _check_fake_options(args, parser):
                 f"argument {option}: applies to the fake TPU only; got {option} "
                 f"{value} with --tpu {args.tpu}. Drop {option}."
             )
-    if args.topology is None:
-        args.topology = smoke.DEFAULT_TOPOLOGY
     try:  # The fake's own check, in its words.
         topologies.host_count(args.topology, args.hosts)
     except ValueError as e:
-        parser.error(f"argument --hosts: with --topology {args.topology}: {e} Leave --hosts "
+        shown = topologies.preset_name(args.topology)
+        parser.error(f"argument --hosts: with --topology {shown}: {e} Leave --hosts "
                      f"out (None) for the topology's own count.")
 
 
@@ -250,12 +251,8 @@ def _smoke(args):
 def _run_smoke(args, smoke, watchdog):
     watchdog.stage = "setting up the hardware"
     try:
-        target = smoke.target_for(
-            args.tpu,
-            args.steps_per_run,
-            topology=args.topology,
-            hosts=args.hosts,
-            timeout=args.timeout,
+        backend = smoke.choose_backend(
+            args.tpu, topology=args.topology, hosts=args.hosts, gpus=True, timeout=args.timeout
         )
     except smoke.TPUUnreachableError as e:
         if args.json:
@@ -267,6 +264,7 @@ def _run_smoke(args, smoke, watchdog):
             )
         _say(f"{PROG} smoke: error: {e}", sys.stderr)
         return 1
+    target = smoke.target(backend, args.steps_per_run)
     _KEPT_UNTIL_EXIT.append(target)
 
     if not args.json:

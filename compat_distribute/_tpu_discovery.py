@@ -9,7 +9,7 @@ asks before TensorFlow indexes a device list that has no TPU in it.
 
 Every failure is a `TPUUnreachableError` naming the TPU and what to do. The
 fake TPU lives in `compat_distribute.testing` (the core never imports it);
-`testing._tpu_backend` decides between this module's TPU and the fake.
+`testing._backend` decides between this module's TPU and the fake.
 """
 
 import dataclasses

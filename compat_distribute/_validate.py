@@ -94,11 +94,12 @@ def device_assignment(value):
     return value
 
 
-def cluster_resolver(name, value, *, tpu):
+def cluster_resolver(name, value, *, tpu, is_tpu):
     """Checks that `value` is a resolver of the kind the strategy needs.
 
-    A TPU strategy takes a TPU resolver (or one that builds its own backend, see
-    `tpu.TPUStrategy`); a multi-worker strategy takes any other resolver.
+    A TPU strategy (`tpu=True`) takes a TPU resolver; a multi-worker strategy
+    takes any other resolver. `is_tpu` says which `value` is
+    (`tpu.is_tpu_resolver`, which knows the resolvers that name a backend).
     """
     if value is None:
         return None
@@ -110,9 +111,6 @@ def cluster_resolver(name, value, *, tpu):
             f"{name} must be None or a "
             f"tf.distribute.cluster_resolver.ClusterResolver; got {show(value)}."
         )
-    is_tpu = isinstance(value, resolvers.TPUClusterResolver) or hasattr(
-        value, "compat_distribute_strategy"
-    )
     if tpu and not is_tpu:
         raise TypeError(
             f"{name} must be a TPU resolver; got a {type(value).__name__}. Pass "

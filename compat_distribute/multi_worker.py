@@ -5,6 +5,7 @@ from compat_distribute import _steps
 from compat_distribute import _tf
 from compat_distribute import _tf_config
 from compat_distribute import _validate
+from compat_distribute import tpu
 
 # TF's own enum object (an alias of CommunicationImplementation), as TF1 exported it.
 CollectiveCommunication = _tf.CollectiveCommunication
@@ -54,7 +55,12 @@ class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf.CollectiveAllReduceS
 
     def __init__(self, communication=CollectiveCommunication.AUTO, cluster_resolver=None):
         communication = _validate.communication(communication)
-        _validate.cluster_resolver("cluster_resolver", cluster_resolver, tpu=False)
+        _validate.cluster_resolver(
+            "cluster_resolver",
+            cluster_resolver,
+            tpu=False,
+            is_tpu=tpu.is_tpu_resolver(cluster_resolver),
+        )
         if cluster_resolver is None or _reads_tf_config(cluster_resolver):
             _tf_config.from_environment()
         # Keywords only: V1 and V2 take these two in opposite orders.

@@ -1,12 +1,15 @@
 """`TPUStrategy` with TF1's signature, over TF2's `tf.distribute.TPUStrategy`.
 
-The resolver decides the backend. A resolver that defines
-`compat_distribute_strategy(*, steps_per_run, device_assignment,
-spmd_xla_partitioning)` builds its own strategy (the fake TPU in
-`compat_distribute.testing` does, on virtual CPU devices); any other TPU
-resolver gets a real `tf.distribute.TPUStrategy`.
+The resolver decides the backend (`TPUBackend`): a resolver class that names
+one in `BACKEND_ATTRIBUTE` gets the strategy that backend builds (the fake TPU
+of `compat_distribute.testing` does, on virtual CPU devices); any other TPU
+resolver gets a real `tf.distribute.TPUStrategy`. The core imports no backend:
+it loads the named one on first use.
 """
 
+import typing
+
+from compat_distribute import _lazy
 from compat_distribute import _members
 from compat_distribute import _steps
 from compat_distribute import _tf
@@ -21,8 +24,52 @@ class _TPUExtended(_tf.TPUExtended):
 _members.serve(_TPUExtended, _members.TPU, _members.EXTENDED)
 
 
+class TPUBackend(typing.Protocol):
+    """The plug-in point for TPU backends: what builds the strategy for a resolver.
+
+    A resolver class opts in by naming its backend in the class attribute
+    `BACKEND_ATTRIBUTE`, as a `"package.module:function"` path that is imported
+    on first use (so the core never imports a backend, and a backend may import
+    the core). `TPUStrategy(resolver, steps_per_run, device_assignment)` checks
+    its arguments, then returns `backend(resolver, ...)`: `steps_per_run` is an
+    int >= 1, `device_assignment` None or a `tf.tpu.experimental.DeviceAssignment`,
+    `spmd_xla_partitioning` a bool. The backend checks only what it alone knows
+    (for example, that the assignment fits its slice).
+    """
+
+    def __call__(
+        self, resolver, *, steps_per_run: int, device_assignment, spmd_xla_partitioning: bool
+    ): ...
+
+
+# The resolver class attribute naming its `TPUBackend` ("package.module:function").
+BACKEND_ATTRIBUTE = "compat_distribute_backend"
+
+
+def backend_of(resolver) -> TPUBackend | None:
+    """The `TPUBackend` a resolver (or resolver class) names; None for TensorFlow's TPU."""
+    path = getattr(resolver, BACKEND_ATTRIBUTE, None)
+    return None if path is None else _lazy.load(path)
+
+
+def is_tpu_resolver(value):
+    """True for TensorFlow's TPU resolver and for resolvers that name a `TPUBackend`."""
+    if value is None:
+        return False
+    if getattr(value, BACKEND_ATTRIBUTE, None) is not None:
+        return True
+    import tensorflow as tf
+
+    return isinstance(value, tf.distribute.cluster_resolver.TPUClusterResolver)
+
+
 def _check_args(tpu_cluster_resolver, steps_per_run, device_assignment):
-    _validate.cluster_resolver("tpu_cluster_resolver", tpu_cluster_resolver, tpu=True)
+    _validate.cluster_resolver(
+        "tpu_cluster_resolver",
+        tpu_cluster_resolver,
+        tpu=True,
+        is_tpu=is_tpu_resolver(tpu_cluster_resolver),
+    )
     if device_assignment is None and _is_device_assignment(steps_per_run):
         # TF 2.0-2.2's tf.distribute.experimental.TPUStrategy(resolver,
         # device_assignment), routed here by install(): its second argument.
@@ -65,12 +112,13 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
             import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
             default = tf.distribute.cluster_resolver.TPUClusterResolver
-            if hasattr(default, "compat_distribute_strategy"):
+            if getattr(default, BACKEND_ATTRIBUTE, None) is not None:
                 tpu_cluster_resolver = default("")
-        build = getattr(tpu_cluster_resolver, "compat_distribute_strategy", None)
-        if build is not None:
+        backend = backend_of(tpu_cluster_resolver)
+        if backend is not None:
             # Not an instance of cls, so Python skips __init__.
-            return build(
+            return backend(
+                tpu_cluster_resolver,
                 steps_per_run=steps,
                 device_assignment=assignment,
                 spmd_xla_partitioning=False,

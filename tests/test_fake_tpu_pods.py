@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from compat_distribute.testing import PRESETS
-from compat_distribute.testing import TOPOLOGIES
 from compat_distribute.testing import fake_tpu
 from compat_distribute.testing._fake_tpu import topologies
 from compat_distribute.testing.cluster import workdir
@@ -86,7 +85,6 @@ def test_pod_presets_have_their_hosts_of_four_chips(name, hosts, chips, cores, m
         cores,
         mesh,
     )
-    assert name not in TOPOLOGIES  # the one-host table the plugin and smoke read
     coordinates = topologies.device_coordinates(mesh, hosts)
     assert coordinates.shape == (hosts, cores // hosts, 4)
     # Every core once; each host holds a 2x2x1 block of chips.
@@ -117,7 +115,7 @@ def test_a_host_count_the_slice_does_not_have_is_refused(topology, hosts, accept
         fake_tpu(topology, hosts=hosts)
     assert str(raised.value) == (
         f"hosts must be None or {accepted} for the TPU slice {topology!r}; got {hosts!r}. "
-        f"A slice has the hosts of its preset: pick a pod preset ({', '.join(topologies.PODS)}) "
+        f"A slice has the hosts of its preset: pick a pod preset ({', '.join(topologies.pod_names())}) "
         f"for several hosts."
     )
 
@@ -313,7 +311,9 @@ def test_a_stopped_fake_starts_again_with_fresh_hosts(pod_run):
 
 @pytest.mark.multi_worker
 def test_hosts_1_gives_the_same_32_replicas_in_the_client_alone(one_host_run):
-    assert one_host_run["master"] == ""
+    # Named as a Cloud TPU is, it answers with a loopback grpc:// master that
+    # nothing dials: no process is started (children) and the steps run here.
+    assert one_host_run["master"] == "grpc://127.0.0.1:8470"
     assert one_host_run["topology"] == [1, 32]
     assert one_host_run["replicas"] == [32, 1, 32]
     assert one_host_run["all_reduce"] == float(sum(range(32)))
@@ -377,7 +377,7 @@ def test_the_smoke_command_runs_on_a_pod_and_leaves_nothing(tmp_path):
     report = json.loads(result.stdout)
     assert (report["ok"], report["device"], report["replicas"]) == (
         True,
-        "fake TPU v4-16 (8 cores on 2 host processes)",
+        "fake (v4-16, 8 cores on 2 host processes)",
         8,
     )
     assert [c["name"] for c in report["checks"] if not c["ok"]] == []

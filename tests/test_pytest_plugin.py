@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from compat_distribute.testing import _settings
 from compat_distribute import _tpu_discovery
-from compat_distribute.testing import _tpu_backend
+from compat_distribute.testing import _backend as _tpu_backend
 from compat_distribute.testing import cluster as cluster_lib
 from compat_distribute.testing import devices
 from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY

@@ -1,7 +1,7 @@
 """The one TPU discovery: the "auto" rule, TPUStrategy without a TPU, ending a process.
 
 This machine has no TPU: the tests assert what "no TPU" gives. Connecting to
-a real TPU is covered by test_cli.py (an address that does not answer) and
+a real TPU is covered by smoke/test_cli.py (an address that does not answer) and
 test_pytest_plugin.py (a connect that hangs past its deadline).
 """
 
@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import compat_distribute
 from compat_distribute import _tpu_discovery
-from compat_distribute.testing import _tpu_backend
+from compat_distribute.testing import _backend as _tpu_backend
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -16,6 +16,7 @@ import tempfile
 import time
 
 import numpy as np
+import tensorflow as tf
 
 
 class CheckFailed(Exception):
@@ -36,8 +37,6 @@ def _local(strategy, value):
 
 
 def _host_input():
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     # Batches stay on the host until a step reads them: building the
     # per-device prefetch iterators costs seconds on 8 virtual devices, and
     # the dataset check covers that path.
@@ -50,8 +49,6 @@ def _smallest(strategy, value):
 
 def _in_function(fn):
     """Calls `fn()` inside a `tf.function`: a TPU's `run` must be traced."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     return tf.function(fn)()
 
 
@@ -67,8 +64,6 @@ def check_replicas(target, measured):
 
 def check_per_replica_values(target, measured):
     del measured
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     strategy = target.strategy
 
     def replica_fn():
@@ -86,8 +81,6 @@ def check_per_replica_values(target, measured):
 
 def check_all_reduce(target, measured):
     del measured
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     strategy = target.strategy
     n = target.replicas
     total = n * (n + 1) // 2  # replicas contribute 1, 2, ..., n
@@ -110,8 +103,6 @@ def check_all_reduce(target, measured):
 
 def check_run_steps(target, measured):
     del measured
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     strategy = target.strategy
     n = target.replicas
     steps = target.steps_per_run
@@ -162,8 +153,6 @@ def check_run_steps(target, measured):
 
 def check_logical_devices(target, measured):
     del measured
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     if target.split_strategy is None:
         raise Skip("this hardware has one logical device per replica")
     strategy, cores_per_replica = target.split_strategy()
@@ -189,8 +178,6 @@ def check_logical_devices(target, measured):
 
 def check_dataset(target, measured):
     del measured
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     strategy = target.strategy
     n = target.replicas
     per_replica = 2
@@ -212,8 +199,6 @@ def check_dataset(target, measured):
 
 def check_checkpoint(target, measured):
     del measured
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     strategy = target.strategy
     with strategy.scope():
         weights = tf.Variable(tf.random.stateless_normal([16, 8], seed=[1, 2]))
@@ -243,8 +228,6 @@ TRAIN_STEPS = 40  # at least this many steps are timed, in at least 5 calls
 
 
 def check_training(target, measured):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     strategy = target.strategy
     n = target.replicas
     steps = target.steps_per_run
@@ -329,4 +312,4 @@ CHECKS = (
     Check("checkpoint", check_checkpoint, "tf.train.Checkpoint round trip, bit-identical"),
     Check("training", check_training, "a tiny model's loss falls; steps per second"),
 )
-CHECK_NAMES = tuple(c.name for c in CHECKS)
+CHECK_NAMES = tuple(c.name for c in CHECKS)  # as written; run, report and the command read CHECKS

@@ -2,16 +2,14 @@
 
 from compat_distribute.smoke import checks as checks_lib
 
-NAME_WIDTH = max(len(n) for n in checks_lib.CHECK_NAMES)
-
-
 def format_header(target):
     return f"compat-distribute smoke: {target.device}, steps_per_run={target.steps_per_run}"
 
 
 def format_result(result):
     status = "SKIP" if result.skipped else ("PASS" if result.ok else "FAIL")
-    return f"  {status}  {result.name:<{NAME_WIDTH}}  {result.seconds:6.2f}s  {result.detail}"
+    width = max(len(check.name) for check in checks_lib.CHECKS)
+    return f"  {status}  {result.name:<{width}}  {result.seconds:6.2f}s  {result.detail}"
 
 
 def format_footer(report):

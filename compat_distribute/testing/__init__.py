@@ -9,6 +9,8 @@ from compat_distribute import _lazy
 __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,
     {
+        # TFConfig and parse_tf_config are the core's internal API
+        # (compat_distribute._tf_config, see its __all__), public here.
         "compat_distribute.testing.cluster": (
             "ClusterError",
             "ClusterTaskError",
@@ -25,7 +27,6 @@ __getattr__, __dir__, __all__ = _lazy.attach(
         "compat_distribute.testing.devices": ("set_virtual_devices",),
         "compat_distribute.testing._fake_tpu": (
             "PRESETS",
-            "TOPOLOGIES",
             "FakeTPU",
             "FakeTPUClusterResolver",
             "FakeTPUStrategy",

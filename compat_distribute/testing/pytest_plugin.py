@@ -159,7 +159,7 @@ def _choose_backend(config, settings):
     A TPU that cannot be reached, or a fake with more cores than the devices
     asked for, stops the session (see `_stop`): the message is returned.
     """
-    from compat_distribute.testing import _tpu_backend  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing import _backend as _tpu_backend  # pylint: disable=g-import-not-at-top
 
     try:
         if settings.tpu != "fake" and _is_xdist_controller(config):

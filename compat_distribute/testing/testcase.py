@@ -22,7 +22,7 @@ import os
 import tensorflow as tf
 
 from compat_distribute.testing import _settings
-from compat_distribute.testing import _tpu_backend
+from compat_distribute.testing import _backend
 from compat_distribute.testing import devices
 
 
@@ -57,7 +57,7 @@ class TestCase(tf.test.TestCase):
         cls = type(self)
         if cls._compat_distribute_backend is None:
             settings = cls._compat_distribute_settings
-            backend = _tpu_backend.choose(settings)
+            backend = _backend.choose(settings)
             if not backend.is_real:
                 _settings.check_devices_hold_fake(settings, backend.local_cores)
             cls._compat_distribute_backend = backend

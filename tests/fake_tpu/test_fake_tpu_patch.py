@@ -214,7 +214,7 @@ def test_tf2_0_set_up_connects_to_the_fake_resolvers_master():
     """TF 2.0-2.2 wrote `experimental_connect_to_host(resolver.master())`; the fake is local."""
     with fake_tpu("v4-8"):
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-tpu")
-        assert resolver.master() == ""
+        assert resolver.master() == "grpc://127.0.0.1:8470"  # a Cloud TPU's, never dialled
         assert tf.config.experimental_connect_to_host(resolver.master()) is None
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.experimental.TPUStrategy(resolver)

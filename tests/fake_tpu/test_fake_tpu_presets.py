@@ -4,7 +4,6 @@ import pytest
 import tensorflow as tf
 
 from compat_distribute.testing import PRESETS
-from compat_distribute.testing import TOPOLOGIES
 from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import FakeTPUStrategy
 from compat_distribute.testing import initialize_tpu_system
@@ -27,7 +26,6 @@ TODAYS_TPUS = [
 def test_preset_builds_a_topology_a_device_assignment_and_runs_a_step(name, chips, cores, mesh):
     preset = PRESETS[name]
     assert (preset.chips, preset.cores, preset.mesh_shape, preset.hosts) == (chips, cores, mesh, 1)
-    assert TOPOLOGIES[name] == mesh
     resolver = FakeTPUClusterResolver(name)
     assert resolver.num_accelerators() == {"TPU": cores}
     topology = initialize_tpu_system(resolver)
@@ -49,11 +47,10 @@ def test_preset_builds_a_topology_a_device_assignment_and_runs_a_step(name, chip
     assert [t.numpy() for t in strategy.experimental_local_results(step())] == [total] * cores
 
 
-def test_every_preset_counts_its_cores_and_one_host_presets_are_the_topologies():
+def test_every_preset_counts_its_cores():
     for name, preset in PRESETS.items():
         x, y, z, per_chip = preset.mesh_shape
         assert preset.cores == x * y * z * per_chip == preset.cores_per_host * preset.hosts, name
-        assert (name in TOPOLOGIES) == (preset.hosts == 1), name
 
 
 def test_a_mesh_past_the_core_limit_is_refused_before_any_device_is_made():

@@ -7,7 +7,7 @@ import tensorflow as tf
 import compat_distribute
 from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import FakeTPUStrategy
-from compat_distribute.testing import TOPOLOGIES
+from compat_distribute.testing import PRESETS
 from compat_distribute.testing import fake_tpu
 from compat_distribute.testing import initialize_tpu_system
 from compat_distribute.testing import shutdown_tpu_system
@@ -22,7 +22,7 @@ from fake_tpu_helpers import CPU
 def test_resolver_answers_as_a_one_host_tpu(topology, mesh, cores):
     resolver = FakeTPUClusterResolver(topology)
     assert isinstance(resolver, tf.distribute.cluster_resolver.ClusterResolver)
-    assert list(TOPOLOGIES[topology]) == mesh
+    assert list(PRESETS[topology].mesh_shape) == mesh
     assert resolver.num_accelerators() == {"TPU": cores}
     assert resolver.master() == ""
     assert resolver.cluster_spec().as_dict() == {}

@@ -48,7 +48,7 @@ def test_bert_classifier_with_steps_per_loop_on_the_tpu(legacy_tpu):
     import bert_classifier_tpu
 
     with pytest.warns(DeprecationWarning) as caught:
-        history = bert_classifier_tpu.main(tpu="grpc://10.240.1.2:8470")
+        history = bert_classifier_tpu.main(tpu="grpc://127.0.0.1:8470")
     assert_trained(history, [4, 8, 12, 16, 20, 24])
     # Renamed members warn at the program's own lines, inside its tf.function too.
     assert {(w.filename, str(w.message).split(" ")[0]) for w in caught} == {

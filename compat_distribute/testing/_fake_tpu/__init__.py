@@ -1,7 +1,8 @@
 """A TPU that lives on virtual CPU devices and refuses what a real TPU refuses.
 
 One concept a module: `topologies` (the presets, as data), `resolver` (the
-cluster resolver and TPU system calls), `extended` and `strategy` (the
+cluster resolver), `system` (the TPU system calls, the fakes in force),
+`pod` (a multi-host slice's hosts), `extended` and `strategy` (the
 strategy, a MirroredStrategy with the TPU's rules), `variables` (TPU read rules
 for its variables), `patch` (`FakeTPU` / `fake_tpu()`, routing TensorFlow's TPU
 entry points to the fake). The public names are served by
@@ -12,18 +13,18 @@ command line and the pytest plugin read them cheaply; the rest load on first use
 from compat_distribute import _lazy
 from compat_distribute.testing._fake_tpu.topologies import DEFAULT_TOPOLOGY
 from compat_distribute.testing._fake_tpu.topologies import PRESETS
-from compat_distribute.testing._fake_tpu.topologies import TOPOLOGIES
+from compat_distribute.testing._fake_tpu.topologies import TOPOLOGIES  # the plugin's, not public
 
 __getattr__, __dir__, _LAZY = _lazy.attach(
     __name__,
     {
         "compat_distribute.testing._fake_tpu.patch": ("FakeTPU", "fake_tpu"),
-        "compat_distribute.testing._fake_tpu.resolver": (
-            "FakeTPUClusterResolver",
+        "compat_distribute.testing._fake_tpu.resolver": ("FakeTPUClusterResolver",),
+        "compat_distribute.testing._fake_tpu.system": (
             "initialize_tpu_system",
             "shutdown_tpu_system",
         ),
         "compat_distribute.testing._fake_tpu.strategy": ("FakeTPUStrategy",),
     },
 )
-__all__ = ("DEFAULT_TOPOLOGY", "PRESETS", "TOPOLOGIES") + _LAZY
+__all__ = ("DEFAULT_TOPOLOGY", "PRESETS") + _LAZY

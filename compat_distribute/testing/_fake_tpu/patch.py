@@ -1,9 +1,12 @@
 """`FakeTPU` / `fake_tpu()`: TensorFlow's TPU entry points routed to the fake."""
 
+import os
+
 from compat_distribute import _patching
 from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
 from compat_distribute.testing._fake_tpu import strategy as strategy_lib
+from compat_distribute.testing._fake_tpu import system
 from compat_distribute.testing._fake_tpu import topologies
 
 
@@ -22,6 +25,14 @@ class FakeTPU:
     `TPUClusterResolver("")`) builds one too. A context manager, and
     `start()`/`stop()` as in chex.
 
+    A one-host resolver built from a TPU name, a "grpc://host:port" address,
+    or with `TPU_NAME` / `COLAB_TPU_ADDR` set answers as a Cloud or Colab TPU's
+    does (`system.cloud_address`): `master()` is a grpc:// address and
+    `cluster_spec()` has a `worker` job. Nothing connects there: a TF1 session,
+    `experimental_connect_to_cluster` or `experimental_connect_to_host` naming
+    it runs on the fake, in this process, and a TF1 session here sees every
+    core (`system.session_arguments`).
+
     A pod preset ("v3-32") starts its hosts, one server process each, in
     `start()`, and stops them in `stop()`; every resolver the fake makes
     shares them. `hosts=1` runs every core of the slice in this process.
@@ -29,7 +40,7 @@ class FakeTPU:
 
     def __init__(
         self,
-        topology=topologies.DEFAULT_TOPOLOGY,
+        topology=None,
         *,
         mesh_shape=None,
         strict=False,
@@ -48,6 +59,7 @@ class FakeTPU:
             hosts=hosts,
         )
         self._owns_pod = True  # False for a pod shared with a resolver (see `of`)
+        self._addresses = set()  # "host:port" its resolvers answer as (Cloud-like)
         self._resolver_class = _resolver_class(self)
         self._patch = _patching.Patch(self._routes())
 
@@ -81,21 +93,26 @@ class FakeTPU:
         """The `FakePod` of a pod preset (its hosts), None for one host."""
         return self._pod
 
+    @property
+    def addresses(self):
+        """The "host:port" addresses its resolvers answer as; sessions there run here."""
+        return frozenset(self._addresses)
+
     def _routes(self):
-        system = (
-            ("initialize_tpu_system", resolver_lib.initialize_tpu_system),
-            ("shutdown_tpu_system", resolver_lib.shutdown_tpu_system),
+        system_calls = (
+            ("initialize_tpu_system", system.initialize_tpu_system),
+            ("shutdown_tpu_system", system.shutdown_tpu_system),
         )
         connect = (
-            ("experimental_connect_to_cluster", resolver_lib.connect_to_cluster),
-            ("experimental_connect_to_host", resolver_lib.connect_to_host),
+            ("experimental_connect_to_cluster", system.connect_to_cluster),
+            ("experimental_connect_to_host", system.connect_to_host),
         )
         routes = []
         for root in ("", "compat.v2.", "compat.v1."):
             routes.append(
                 (root + "distribute.cluster_resolver", "TPUClusterResolver", self._resolver_class)
             )
-            routes += [(root + "tpu.experimental", name, fn) for name, fn in system]
+            routes += [(root + "tpu.experimental", name, fn) for name, fn in system_calls]
             routes += [(root + "config", name, fn) for name, fn in connect]
         for root in ("", "compat.v2."):
             routes += [
@@ -109,6 +126,9 @@ class FakeTPU:
         routes.append(
             ("compat.v1.distribute.experimental", "TPUStrategy", strategy_lib.FakeTPUStrategyV1)
         )
+        routes += [
+            ("compat.v1." + name, "__init__", init) for name, init in system.SESSION_INITS.items()
+        ]
         return routes
 
     @property
@@ -121,7 +141,7 @@ class FakeTPU:
         if self._pod is not None:
             self._pod.start()  # Before the patch: a failed start leaves nothing routed.
         self._patch.start()
-        resolver_lib.ACTIVE.append(self)
+        system.activate(self)
         return self
 
     def stop(self):
@@ -132,7 +152,7 @@ class FakeTPU:
                 self._pod.stop()
         finally:
             self._patch.stop()
-            resolver_lib.ACTIVE.remove(self)
+            system.deactivate(self)
 
     def __enter__(self):
         return self.start()
@@ -159,22 +179,28 @@ def _resolver_class(fake):
             service=None,
             discovery_url=None,
         ):
-            del tpu, zone, project, coordinator_name, coordinator_address
+            del zone, project, coordinator_name, coordinator_address
             del credentials, service, discovery_url
-            super().__init__(job_name=job_name, **fake._config)  # pylint: disable=protected-access
+            # A pod's hosts have addresses of their own.
+            address = None if fake.pod is not None else system.cloud_address(tpu, os.environ)
+            super().__init__(
+                job_name=job_name, address=address, **fake._config  # pylint: disable=protected-access
+            )
             fake._share_pod(self)  # pylint: disable=protected-access
+            if address is not None:
+                fake._addresses.add(address)  # pylint: disable=protected-access
 
         @staticmethod
         def connect(tpu=None, zone=None, project=None):
             resolver = TPUClusterResolver(tpu, zone, project)
-            resolver_lib.initialize_tpu_system(resolver)
+            system.initialize_tpu_system(resolver)
             return resolver
 
     return TPUClusterResolver
 
 
 def fake_tpu(
-    topology=topologies.DEFAULT_TOPOLOGY,
+    topology=None,
     *,
     mesh_shape=None,
     strict=False,
@@ -182,6 +208,8 @@ def fake_tpu(
     hosts=None,
 ):
     """A `FakeTPU`: `with fake_tpu("v3-8"): ...` runs unmodified TPU code on CPUs.
+
+    `topology=None` is the default preset (`DEFAULT_TOPOLOGY`).
 
     `fake_tpu("v3-32")` is a pod: one server process per host, driven by this
     process as the pod's client; `hosts=1` keeps every core in this process.

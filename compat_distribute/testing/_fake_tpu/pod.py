@@ -42,6 +42,24 @@ def _client_port():
     return int(job.tasks[server_def.task_index].rsplit(":", 1)[1])
 
 
+# The pods of the fakes in force (innermost last; see `system.activate`): a
+# resolver of the same slice built meanwhile joins their hosts.
+_SHARED = []
+
+
+def shared(name):
+    """The hosts of the innermost pod `name` in force, or None."""
+    return next((pod for pod in reversed(_SHARED) if pod.name == name), None)
+
+
+def share(pod):
+    _SHARED.append(pod)
+
+
+def unshare(pod):
+    _SHARED.remove(pod)
+
+
 def for_slice(name, mesh, hosts, device_type):
     """A new `FakePod` (not started) for a slice of `hosts` > 1 hosts; None for one host.
 

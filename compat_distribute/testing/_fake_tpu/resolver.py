@@ -1,24 +1,21 @@
-"""The fake TPU's cluster resolver and TPU system calls.
+"""The fake TPU's cluster resolver.
 
 `FakeTPUClusterResolver` answers like `TPUClusterResolver(tpu="local")` on the
-host of a one-host slice; `initialize_tpu_system` and `shutdown_tpu_system`
-stand in for `tf.tpu.experimental`'s, and the connect functions accept the fake
-(which is local already) and pass every other target to TensorFlow.
+host of a one-host slice, and names its strategy's builder as
+`compat_distribute.TPUStrategy`'s backend. The TPU system calls and the fakes
+in force are `system`'s.
 """
 
 import numpy as np
 import tensorflow as tf
 
+from compat_distribute import tpu
 from compat_distribute.testing import _tf
 from compat_distribute.testing import devices as _devices
 from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import topologies
 
 JOB = "worker"
-
-# TPU names initialised and not shut down since, as TF's tpu_strategy_util keeps them.
-_INITIALIZED = set()
-
 
 def check_config(topology, mesh_shape, strict, device_type):
     """`(name, mesh)` of a fake TPU's arguments; raises before any state changes."""
@@ -36,6 +33,9 @@ def check_config(topology, mesh_shape, strict, device_type):
 class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     """A one-host TPU slice of `topology` (or `mesh_shape`) on logical devices.
 
+    `topology` is a preset name of `PRESETS`; None is the default preset
+    (`DEFAULT_TOPOLOGY`, "v3-8"), or the mesh's own name with `mesh_shape`.
+
     Answers like `TPUClusterResolver(tpu="local")` on a TPU host with that
     slice: `num_accelerators()` is `{"TPU": cores}`, `master()` is "",
     `cluster_spec()` is empty, `get_tpu_system_metadata()` reports one host
@@ -49,23 +49,30 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     on first use (`master()`, `cluster_spec()`, a strategy) and stopped by
     `pod.stop()` or at exit; inside `fake_tpu()` of that preset it shares the
     fake's hosts. `hosts=1` puts every core of the slice in this process.
+
+    `address="host:port"` makes a one-host slice answer as a Cloud or Colab
+    TPU's resolver does: `master()` is "grpc://host:port" and `cluster_spec()`
+    has that task in job `job_name`. Nothing connects there: inside
+    `fake_tpu()`, sessions and connects that name it run on the fake, locally.
     """
 
     def __init__(
         self,
-        topology=topologies.DEFAULT_TOPOLOGY,
+        topology=None,
         *,
         mesh_shape=None,
         strict=False,
         device_type="CPU",
         job_name=JOB,
         hosts=None,
+        address=None,
     ):
         self._topology_name, self._mesh_shape = check_config(
             topology, mesh_shape, strict, device_type
         )
         self._num_hosts = topologies.host_count(self._topology_name, hosts)
         pod = pod_lib.for_slice(self._topology_name, self._mesh_shape, self._num_hosts, device_type)
+        self._address = _check_address(address, pod)
         self._num_cores = int(np.prod(self._mesh_shape))
         self._strict = strict
         self._device_type = device_type
@@ -73,7 +80,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
             self.pod = None
             self._core_devices = tuple(_devices.set_virtual_devices(self._num_cores, device_type))
         else:  # The hosts of a fake of this pod in force, else its own.
-            self.pod = _active_pod(self._topology_name) or pod
+            self.pod = pod_lib.shared(self._topology_name) or pod
             self._core_devices = self.pod.core_devices
         self._tpu = f"fake-{self._topology_name}"  # TF's initialize_tpu_system keys on this.
         self.task_type = job_name
@@ -84,7 +91,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     def __repr__(self):
         return (
             f"FakeTPUClusterResolver({self._topology_name!r}, mesh_shape={self._mesh_shape}, "
-            f"cores={self._num_cores}, hosts={self._num_hosts}, device_type={self._device_type!r})"
+            f"cores={self._num_cores}, hosts={self._num_hosts}, device_type={self._device_type!r}"
+            + ("" if self._address is None else f", address={self._address!r}")
+            + ")"
         )
 
     # What the fake is.
@@ -114,6 +123,11 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         return self._device_type
 
     @property
+    def address(self):
+        """The "host:port" this one-host slice answers as (see the class); None: local."""
+        return self._address
+
+    @property
     def core_devices(self):
         """The logical devices that stand in for TPU cores 0..cores-1."""
         return self._core_devices
@@ -132,7 +146,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     def replace(self, *, strict):
         """A new resolver of this slice, sharing its hosts, with `strict` changed."""
         resolver = FakeTPUClusterResolver(
-            **dict(self.arguments(), strict=strict), job_name=self.task_type
+            **dict(self.arguments(), strict=strict),
+            job_name=self.task_type,
+            address=self._address,
         )
         if self.pod is not None:
             resolver.pod = self.pod
@@ -142,7 +158,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
 
     def master(self, task_type=None, task_id=None, rpc_layer=None):
         del task_type, task_id, rpc_layer
-        return "" if self.pod is None else self.pod.master()
+        if self.pod is not None:
+            return self.pod.master()
+        return "" if self._address is None else "grpc://" + self._address
 
     def get_master(self):
         return self.master()
@@ -154,7 +172,11 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         return "/job:" + self.get_job_name() + "/task:0"
 
     def cluster_spec(self):
-        return tf.train.ClusterSpec({}) if self.pod is None else self.pod.cluster_spec()
+        if self.pod is not None:
+            return self.pod.cluster_spec()
+        if self._address is None:
+            return tf.train.ClusterSpec({})
+        return tf.train.ClusterSpec({self.task_type: [self._address]})
 
     def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
         """The cores of one host, as TF's (all of them on a one-host slice)."""
@@ -230,16 +252,31 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         _check_cores_named_once(device_assignment)
         return device_assignment
 
-    def compat_distribute_strategy(
-        self, *, steps_per_run, device_assignment, spmd_xla_partitioning
-    ):
-        """The backend seam of `compat_distribute.TPUStrategy`: a `FakeTPUStrategy`."""
-        # The strategy module imports this one.
-        from compat_distribute.testing._fake_tpu import strategy  # pylint: disable=import-outside-toplevel
 
-        return strategy.FakeTPUStrategy._build(  # pylint: disable=protected-access
-            self, device_assignment, spmd_xla_partitioning, steps_per_run
+# The backend of compat_distribute.TPUStrategy for this resolver (tpu.TPUBackend),
+# loaded on first use: the strategy module imports this one.
+setattr(
+    FakeTPUClusterResolver,
+    tpu.BACKEND_ATTRIBUTE,
+    "compat_distribute.testing._fake_tpu.strategy:build",
+)
+
+
+def _check_address(address, pod):
+    """`address` ("host:port" or None); refused for a pod, whose hosts have their own."""
+    if address is None:
+        return None
+    host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+    if not host or not port.isdigit() or "/" in address:
+        raise ValueError(
+            f"address must be 'host:port' (for example '127.0.0.1:8470'); got {address!r}."
         )
+    if pod is not None:
+        raise ValueError(
+            f"address applies to a one-host slice; got {address!r} for the pod {pod.name!r}, "
+            f"whose hosts have their own addresses (see resolver.pod). Leave address out."
+        )
+    return address
 
 
 def _check_cores_named_once(device_assignment):
@@ -278,92 +315,3 @@ def _check_cores_named_once(device_assignment):
 
 def _tuple_text(values):
     return "(" + ", ".join(str(v) for v in values) + ")"
-
-
-def is_fake(resolver):
-    return isinstance(resolver, FakeTPUClusterResolver)
-
-
-# The fake TPUs in force (innermost last), for calls that pass no resolver.
-ACTIVE = []
-
-
-def _active_pod(name):
-    """The hosts of the innermost fake of pod `name` in force, shared by its resolvers."""
-    for fake in reversed(ACTIVE):
-        pod = fake._pod  # pylint: disable=protected-access
-        if pod is not None and pod.name == name:
-            return pod
-    return None
-
-
-def default_resolver():
-    """What TF1's `TPUClusterResolver("")` gives: the active fake's slice, else the default."""
-    if ACTIVE:
-        return ACTIVE[-1].resolver()
-    return FakeTPUClusterResolver()
-
-
-def fake_resolver(name, resolver):
-    """`resolver`, or the default one for None; raises for a resolver that is not a fake."""
-    if resolver is None:
-        return default_resolver()
-    if not is_fake(resolver):
-        raise TypeError(
-            f"{name} must be a compat_distribute.testing.FakeTPUClusterResolver (or None); "
-            f"got {resolver!r} ({type(resolver).__name__}). Build the resolver inside "
-            f"fake_tpu(), or pass FakeTPUClusterResolver(...) directly."
-        )
-    return resolver
-
-
-def initialize_tpu_system(cluster_resolver=None):
-    """`tf.tpu.experimental.initialize_tpu_system` for a fake TPU.
-
-    Returns the slice's `tf.tpu.experimental.Topology`, from which
-    `tf.tpu.experimental.DeviceAssignment.build` makes device assignments.
-    Initialising a slice twice logs TensorFlow's warning, in its words.
-    """
-    resolver = fake_resolver("cluster_resolver", cluster_resolver)
-    name = resolver._tpu  # pylint: disable=protected-access
-    if name in _INITIALIZED:
-        _tf.tf_logging.warning(
-            "TPU system %s has already been initialized. "
-            "Reinitializing the TPU can cause previously created "
-            "variables on TPU to be lost.",
-            name,
-        )
-    if resolver.pod is not None:
-        resolver.pod.start()
-    topology = resolver.tpu_topology()
-    resolver.set_tpu_topology(topology.serialized())
-    _INITIALIZED.add(name)
-    return topology
-
-
-def shutdown_tpu_system(cluster_resolver=None):
-    """`tf.tpu.experimental.shutdown_tpu_system` for a fake TPU."""
-    resolver = fake_resolver("cluster_resolver", cluster_resolver)
-    resolver._tpu_topology = None  # pylint: disable=protected-access
-    _INITIALIZED.discard(resolver._tpu)  # pylint: disable=protected-access
-
-
-def connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs):
-    """`tf.config.experimental_connect_to_cluster`: a one-host fake TPU is local
-    already; a pod's client connects to its hosts."""
-    if is_fake(cluster_spec_or_resolver):
-        if cluster_spec_or_resolver.pod is not None:
-            cluster_spec_or_resolver.pod.connect(*args, **kwargs)
-        return None
-    return _tf.connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs)
-
-
-def connect_to_host(remote_host=None, job_name="worker"):
-    """`tf.config.experimental_connect_to_host` (TF 2.0-2.2 TPU set-up).
-
-    Inside `fake_tpu()`, the fake resolver's `master()` ("", a local TPU) is the
-    fake itself, local already; any other host goes to TensorFlow.
-    """
-    if ACTIVE and remote_host in ("", [""], ("",)):
-        return None
-    return _tf.connect_to_remote_host(remote_host, job_name)

@@ -14,7 +14,7 @@ from compat_distribute import _steps
 from compat_distribute import _validate
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import extended as extended_lib
-from compat_distribute.testing._fake_tpu import resolver as resolver_lib
+from compat_distribute.testing._fake_tpu import system
 
 
 class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
@@ -35,27 +35,24 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         experimental_device_assignment=None,
         experimental_spmd_xla_partitioning=False,
     ):
+        resolver = system.fake_resolver("tpu_cluster_resolver", tpu_cluster_resolver)
+        _validate.device_assignment(experimental_device_assignment)
+        if not isinstance(experimental_spmd_xla_partitioning, bool):
+            raise TypeError(
+                f"experimental_spmd_xla_partitioning must be True or False; got "
+                f"{experimental_spmd_xla_partitioning!r}."
+            )
         self._init(
-            tpu_cluster_resolver,
+            resolver,
             experimental_device_assignment,
             experimental_spmd_xla_partitioning,
             steps_per_run=1,
         )
 
-    @classmethod
-    def _build(cls, resolver, device_assignment, spmd, steps_per_run):
-        strategy = cls.__new__(cls)
-        FakeTPUStrategy._init(strategy, resolver, device_assignment, spmd, steps_per_run)
-        return strategy
-
     def _init(self, resolver, device_assignment, spmd, steps_per_run):
-        resolver = resolver_lib.fake_resolver("tpu_cluster_resolver", resolver)
-        _validate.device_assignment(device_assignment)
+        """Builds the strategy from checked arguments (see `build`)."""
+        # The one check only the fake can make: the assignment fits its slice.
         resolver.check_device_assignment(device_assignment)
-        if not isinstance(spmd, bool):
-            raise TypeError(
-                f"experimental_spmd_xla_partitioning must be True or False; got {spmd!r}."
-            )
         # Own collective keys: strategies over other device sets never share a group.
         _tf.give_own_collective_keys(self)
         extended = extended_lib.FakeTPUExtended(
@@ -181,5 +178,20 @@ class FakeTPUStrategyV1(FakeTPUStrategy):
     """`tf.compat.v1.distribute.experimental.TPUStrategy`'s signature on the fake."""
 
     def __init__(self, tpu_cluster_resolver=None, steps_per_run=None, device_assignment=None):
+        resolver = system.fake_resolver("tpu_cluster_resolver", tpu_cluster_resolver)
         steps = _validate.steps_per_run(steps_per_run)
-        self._init(tpu_cluster_resolver, device_assignment, False, steps_per_run=steps)
+        _validate.device_assignment(device_assignment)
+        self._init(resolver, device_assignment, False, steps_per_run=steps)
+
+
+def build(resolver, *, steps_per_run, device_assignment, spmd_xla_partitioning):
+    """The fake's `compat_distribute.tpu.TPUBackend`: a `FakeTPUStrategy` of `resolver`.
+
+    `compat_distribute.TPUStrategy` has checked the arguments (see
+    `TPUBackend`); only the assignment's fit to the slice is checked here.
+    """
+    strategy = FakeTPUStrategy.__new__(FakeTPUStrategy)
+    strategy._init(  # pylint: disable=protected-access
+        resolver, device_assignment, spmd_xla_partitioning, steps_per_run
+    )
+    return strategy

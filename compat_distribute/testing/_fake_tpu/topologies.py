@@ -42,53 +42,63 @@ class Preset:
         return self.cores // self.hosts
 
 
-def _presets(*rows):
-    return types.MappingProxyType({row.name: row for row in rows})
-
-
-PRESETS = _presets(
-    Preset("v2-8", (2, 2, 1, 2)),  # 4 chips x 2 TensorCores
-    Preset("v3-8", (2, 2, 1, 2)),  # 4 chips x 2 TensorCores
-    Preset("v4-8", (2, 2, 1, 1)),  # 4 megacore chips (2x2x1)
-    Preset("v5litepod-1", (1, 1, 1, 1)),  # v5e, 1 chip
-    Preset("v5litepod-4", (2, 2, 1, 1)),  # v5e, 4 chips (2x2)
-    Preset("v5litepod-8", (2, 4, 1, 1)),  # v5e, 8 chips (2x4), one host
-    Preset("v5p-8", (2, 2, 1, 1)),  # 4 megacore chips (2x2x1): the name counts TensorCores
-    Preset("v6e-1", (1, 1, 1, 1)),  # Trillium, 1 chip
-    Preset("v6e-4", (2, 2, 1, 1)),  # Trillium, 4 chips (2x2)
-    Preset("v6e-8", (2, 4, 1, 1)),  # Trillium, 8 chips (2x4), one host
-    # Pods: several hosts of 4 chips each (a v5e / v6e host of a multi-host
-    # slice drives 4 chips, as a v2 / v3 / v4 / v5p host always does).
-    Preset("v2-32", (4, 4, 1, 2), hosts=4),  # 16 chips x 2 TensorCores, 8 cores a host
-    Preset("v3-32", (4, 4, 1, 2), hosts=4),  # 16 chips x 2 TensorCores, 8 cores a host
-    Preset("v4-16", (2, 2, 2, 1), hosts=2),  # 8 megacore chips (2x2x2)
-    Preset("v4-32", (2, 2, 4, 1), hosts=4),  # 16 megacore chips (2x2x4)
-    Preset("v5p-16", (2, 2, 2, 1), hosts=2),  # 8 megacore chips (2x2x2)
-    Preset("v5litepod-16", (4, 4, 1, 1), hosts=4),  # v5e, 16 chips (4x4)
-    Preset("v5litepod-32", (4, 8, 1, 1), hosts=8),  # v5e, 32 chips (4x8)
-    Preset("v6e-16", (4, 4, 1, 1), hosts=4),  # Trillium, 16 chips (4x4)
-    Preset("v6e-32", (4, 8, 1, 1), hosts=8),  # Trillium, 32 chips (4x8)
-)
+# The table of slices. A new preset is one row here: the resolver, `fake_tpu()`,
+# the chooser, the pytest plugin's options and `compat-distribute smoke
+# --topology` all read PRESETS (a read-only view of it) when asked.
+_TABLE = {
+    row.name: row
+    for row in (
+        Preset("v2-8", (2, 2, 1, 2)),  # 4 chips x 2 TensorCores
+        Preset("v3-8", (2, 2, 1, 2)),  # 4 chips x 2 TensorCores
+        Preset("v4-8", (2, 2, 1, 1)),  # 4 megacore chips (2x2x1)
+        Preset("v5litepod-1", (1, 1, 1, 1)),  # v5e, 1 chip
+        Preset("v5litepod-4", (2, 2, 1, 1)),  # v5e, 4 chips (2x2)
+        Preset("v5litepod-8", (2, 4, 1, 1)),  # v5e, 8 chips (2x4), one host
+        Preset("v5p-8", (2, 2, 1, 1)),  # 4 megacore chips (2x2x1): the name counts TensorCores
+        Preset("v6e-1", (1, 1, 1, 1)),  # Trillium, 1 chip
+        Preset("v6e-4", (2, 2, 1, 1)),  # Trillium, 4 chips (2x2)
+        Preset("v6e-8", (2, 4, 1, 1)),  # Trillium, 8 chips (2x4), one host
+        # Pods: several hosts of 4 chips each (a v5e / v6e host of a multi-host
+        # slice drives 4 chips, as a v2 / v3 / v4 / v5p host always does).
+        Preset("v2-32", (4, 4, 1, 2), hosts=4),  # 16 chips x 2 TensorCores, 8 cores a host
+        Preset("v3-32", (4, 4, 1, 2), hosts=4),  # 16 chips x 2 TensorCores, 8 cores a host
+        Preset("v4-16", (2, 2, 2, 1), hosts=2),  # 8 megacore chips (2x2x2)
+        Preset("v4-32", (2, 2, 4, 1), hosts=4),  # 16 megacore chips (2x2x4)
+        Preset("v5p-16", (2, 2, 2, 1), hosts=2),  # 8 megacore chips (2x2x2)
+        Preset("v5litepod-16", (4, 4, 1, 1), hosts=4),  # v5e, 16 chips (4x4)
+        Preset("v5litepod-32", (4, 8, 1, 1), hosts=8),  # v5e, 32 chips (4x8)
+        Preset("v6e-16", (4, 4, 1, 1), hosts=4),  # Trillium, 16 chips (4x4)
+        Preset("v6e-32", (4, 8, 1, 1), hosts=8),  # Trillium, 32 chips (4x8)
+    )
+}
+PRESETS = types.MappingProxyType(_TABLE)
 
 # Cores TensorFlow sees on one chip, over the TPU generations (see the module docstring).
 CORES_PER_CHIP = (1, 2)
 
-# The one default: the fake, the pytest plugin and the smoke command read it here.
+# The one default, applied by `preset_name` alone: every `topology=None` of the
+# fake, the chooser and the smoke command means it.
 DEFAULT_TOPOLOGY = "v3-8"
 
-# One-host preset name -> mesh shape, the form the rest of the harness reads.
+# One-host preset name -> mesh shape: the pytest plugin's settings still read
+# this view of PRESETS (not public; PRESETS is the table).
 TOPOLOGIES = types.MappingProxyType(
     {name: p.mesh_shape for name, p in PRESETS.items() if p.hosts == 1}
 )
-# Pod preset name -> host count.
-PODS = types.MappingProxyType({name: p.hosts for name, p in PRESETS.items() if p.hosts > 1})
 # A host of a pod holds this block of chips (x, y, z): 4 chips.
 HOST_CHIPS = (2, 2, 1)
 
 
+def preset_name(topology):
+    """`topology`, or the default preset's name for None."""
+    return DEFAULT_TOPOLOGY if topology is None else topology
+
+
 def resolve(topology, mesh_shape):
-    """`(name, mesh)` for the constructor arguments; raises before any state changes."""
+    """`(name, mesh)` for the constructor arguments (`topology` None: the default
+    preset, or the mesh's own name); raises before any state changes."""
     if mesh_shape is None:
+        topology = preset_name(topology)
         if not isinstance(topology, str):
             raise TypeError(
                 f"topology must be a preset name (one of {sorted(PRESETS)}); got "
@@ -102,7 +112,7 @@ def resolve(topology, mesh_shape):
                 f"cores_per_chip) for another mesh."
             )
         return topology, PRESETS[topology].mesh_shape
-    if topology not in (None, DEFAULT_TOPOLOGY):
+    if topology is not None:
         raise ValueError(
             f"Pass either topology= or mesh_shape=, not both; got topology={topology!r} "
             f"and mesh_shape={mesh_shape!r}."
@@ -166,8 +176,15 @@ def device_coordinates(mesh, hosts=1):
     )
 
 
+def pod_names():
+    """The presets of several hosts."""
+    return tuple(name for name, preset in PRESETS.items() if preset.hosts > 1)
+
+
 def host_count(name, hosts):
-    """How many host processes the slice `name` runs on for `hosts=` (None: its own)."""
+    """How many host processes the slice `name` (None: the default preset) runs on
+    for `hosts=` (None: its own)."""
+    name = preset_name(name)
     own = PRESETS[name].hosts if name in PRESETS else 1
     if hosts is None:
         return own
@@ -183,7 +200,7 @@ def host_count(name, hosts):
     if hosts not in (1, own):
         raise ValueError(
             f"hosts must be None or {accepted} for the TPU slice {name!r}; got {hosts!r}. "
-            f"A slice has the hosts of its preset: pick a pod preset ({', '.join(PODS)}) "
+            f"A slice has the hosts of its preset: pick a pod preset ({', '.join(pod_names())}) "
             f"for several hosts."
         )
     return hosts

@@ -21,7 +21,7 @@ from compat_distribute import __main__ as cli
 from compat_distribute import smoke
 from compat_distribute.testing._fake_tpu import topologies
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _fake_refuses(topology, hosts):
@@ -217,7 +217,7 @@ def test_json_run_on_the_fake_tpu_prints_the_report_alone_and_leaves_tmpdir_empt
     assert len(lines) == 1
     report = json.loads(lines[0])
     assert report["ok"] is True
-    assert report["device"] == "fake TPU v3-8 (8 cores on 8 virtual CPU devices)"
+    assert report["device"] == "fake (v3-8, 8 cores on CPU)"
     assert report["replicas"] == 8
     assert report["steps_per_run"] == 2
     assert (report["hardware"], report["topology"]) == ("fake_tpu", "v3-8")
@@ -244,7 +244,7 @@ def test_text_run_with_injected_failure_shows_the_held_back_log():
     assert result.returncode == 1, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert lines[0] == (
-        "compat-distribute smoke: fake TPU v2-8 (8 cores on 8 virtual CPU devices), steps_per_run=1"
+        "compat-distribute smoke: fake (v2-8, 8 cores on CPU), steps_per_run=1"
     )
     statuses = [line.split()[:2] for line in lines[1:9]]
     assert statuses == [["FAIL" if n == "checkpoint" else "PASS", n] for n in smoke.CHECK_NAMES]
@@ -320,7 +320,7 @@ def test_a_pod_topology_on_one_host_runs_in_the_command_alone():
     assert _processes_in_session(command.pid) == []
     report = json.loads(out)
     assert report["ok"] is True
-    assert report["device"] == "fake TPU v4-16 on 1 host (8 cores on 8 virtual CPU devices)"
+    assert report["device"] == "fake (v4-16 on 1 host, 8 cores on CPU)"
     assert (report["replicas"], report["topology"], report["hosts"]) == (8, "v4-16", 1)
     assert [c["name"] for c in report["checks"] if not c["ok"]] == []
     details = {c["name"]: c["detail"] for c in report["checks"]}

@@ -1,6 +1,7 @@
-"""Which TPU the harness runs on: a real one, or the fake on virtual CPUs.
+"""The one chooser: which hardware the harness runs on, as one typed `Backend`.
 
-`choose_backend(tpu, ...)` turns a `tpu` setting into a `Backend`:
+`choose_backend(tpu, ...)` turns a `tpu` setting ("fake", "auto" or a NAME)
+into a `Backend`:
 
 - "fake": the fake TPU (`FakeTPUClusterResolver`); TensorFlow is not touched.
 - a NAME: the real TPU NAME, which must be reachable: it is resolved,
@@ -8,13 +9,15 @@
   `TPUUnreachableError`; it never falls back to the fake, so a run that asked
   for a TPU cannot silently land on the CPU.
 - "auto": a real TPU when one is configured here (the rule of
-  `compat_distribute._tpu_discovery.tpu_here`), else the fake. A configured
-  TPU that then fails to connect raises as for a NAME: only the absence of any
-  TPU selects the fake. Without a TPU, "auto" starts no TensorFlow runtime.
+  `compat_distribute._tpu_discovery.tpu_here`), else (with `gpus=True`, as the
+  smoke command asks) the local GPUs, else the fake. A configured TPU that then
+  fails to connect raises as for a NAME: only the absence of any TPU selects
+  something else. Without a TPU, "auto" starts no TensorFlow runtime.
 
-The smoke command, the pytest plugin and `TestCase` all choose here;
-`TPUStrategy` asks `_tpu_discovery` directly (the core never imports the
-harness). A real TPU is connected when it is chosen, so its resolver is ready.
+The pytest plugin, `TestCase` and the smoke command all choose here, and say
+what they chose with `Backend.describe()`. `TPUStrategy` asks `_tpu_discovery`
+directly (the core never imports the harness). A real TPU is connected when it
+is chosen, so its resolver is ready.
 """
 
 import dataclasses
@@ -22,19 +25,20 @@ import dataclasses
 from compat_distribute import _tpu_discovery
 from compat_distribute._tpu_discovery import DEFAULT_TIMEOUT_S
 from compat_distribute._tpu_discovery import TPUUnreachableError
-from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
 from compat_distribute.testing._fake_tpu import topologies
 
 __all__ = ["Backend", "choose", "choose_backend", "check_resolves", "TPUUnreachableError"]
 
+KINDS = ("fake", "tpu", "gpu")
+
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
-    """The chosen TPU: `kind` is "fake" or "tpu"."""
+    """The chosen hardware: `kind` is "fake" (the fake TPU), "tpu" (a real one) or "gpu"."""
 
     kind: str
-    num_cores: int
-    topology: str | None = None  # the fake's topology
+    num_cores: int  # the replicas it runs: TPU cores, or GPUs
+    topology: str | None = None  # the fake's preset
     hosts: int = 1  # the fake's hosts: a pod preset's own count runs a process each
     strict: bool = False  # the fake's strict XLA check
     tpu_name: str | None = None  # what TPUClusterResolver(tpu=...) got
@@ -44,31 +48,37 @@ class Backend:
 
     @property
     def is_real(self):
+        """True for a real TPU."""
         return self.kind == "tpu"
 
     @property
     def local_cores(self):
         """The fake's cores on this process's devices: none for a pod on its own hosts
         (they hold the cores), all of them for one host (a pod preset's included)."""
-        return 0 if self.is_real or self.hosts > 1 else self.num_cores
+        return self.num_cores if self.kind == "fake" and self.hosts == 1 else 0
 
     def describe(self):
-        """E.g. "fake (v3-8, 8 cores on CPU)", "fake (v3-32 on 1 host, 32 cores on CPU)"
-        or "local (real TPU, 8 cores)"."""
+        """E.g. "fake (v3-8, 8 cores on CPU)", "fake (v3-32 on 1 host, 32 cores on CPU)",
+        "local (real TPU, 8 cores)" or "2 local GPUs (MultiWorkerMirroredStrategy)"."""
         note = f"; {self.note}" if self.note else ""
-        if self.is_real:
+        if self.kind == "tpu":
             name = self.tpu_name or "TPU from the environment"
             return f"{name} (real TPU, {self.num_cores} cores{note})"
+        if self.kind == "gpu":
+            gpus = f"{self.num_cores} local GPU{'s' * (self.num_cores > 1)}"
+            return f"{gpus} (MultiWorkerMirroredStrategy{note})"
         strict = ", strict" if self.strict else ""
         where = "CPU" if self.hosts == 1 else f"{self.hosts} host processes"
         name = fake_name(self.topology, self.hosts)
         return f"fake ({name}, {self.num_cores} cores on {where}{strict}{note})"
 
     def make_resolver(self):
-        """The resolver to pass to `compat_distribute.TPUStrategy`."""
-        if self.is_real:
+        """The resolver to pass to `compat_distribute.TPUStrategy` (a TPU's or the fake's)."""
+        if self.kind == "tpu":
             return self.resolver
-        from compat_distribute.testing import _fake_tpu as fake_tpu
+        if self.kind != "fake":
+            raise ValueError(f"{self.describe()} has no TPU resolver; build its strategy instead.")
+        from compat_distribute.testing import _fake_tpu as fake_tpu  # TensorFlow, on first use
 
         if self.hosts == 1:
             return fake_tpu.FakeTPUClusterResolver(self.topology, strict=self.strict, hosts=1)
@@ -89,14 +99,15 @@ def fake_name(topology, hosts):
     return topology if hosts == own else f"{topology} on {hosts} host{'s' * (hosts > 1)}"
 
 
-def fake_backend(topology=DEFAULT_TOPOLOGY, strict=False, note="", hosts=None):
-    """The fake of preset `topology` on `hosts` hosts (None: the preset's own count)."""
-    preset = topologies.PRESETS[topology]
+def fake_backend(topology=None, strict=False, note="", hosts=None):
+    """The fake of preset `topology` (None: the default) on `hosts` hosts (None: its own)."""
+    name, _ = topologies.resolve(topology, None)
+    preset = topologies.PRESETS[name]
     return Backend(
         kind="fake",
         num_cores=preset.cores,
-        hosts=topologies.host_count(topology, hosts),
-        topology=topology,
+        hosts=topologies.host_count(name, hosts),
+        topology=name,
         strict=strict,
         note=note,
     )
@@ -115,18 +126,27 @@ def _real_backend(name, note, timeout, connect_fn):
     )
 
 
+def _local_gpus():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return len(tf.config.list_physical_devices("GPU"))  # Does not start the runtime.
+
+
 def choose_backend(
     tpu="fake",
     *,
-    topology=DEFAULT_TOPOLOGY,
+    topology=None,
     hosts=None,
     strict=False,
+    gpus=False,
     timeout=DEFAULT_TIMEOUT_S,
     connect_fn=None,
 ):
     """Returns the `Backend` for the `tpu` setting; see the module docstring.
 
-    `topology` and `hosts` (None: the topology's own count) shape the fake.
+    `topology` (None: the fake's default) and `hosts` (None: the topology's own
+    count) shape the fake. `gpus=True` lets "auto" pick the local GPUs when
+    there is no TPU.
 
     `connect_fn(name)` replaces the real connect (it returns a resolver and
     its topology), for tests of the deadline.
@@ -136,9 +156,14 @@ def choose_backend(
     if tpu != "auto":
         return _real_backend(tpu, "", timeout, connect_fn)
     found = _tpu_discovery.tpu_here()
-    if found is None:
+    if found is not None:
+        return _real_backend(found.name, f"auto: {found.why}", timeout, connect_fn)
+    if not gpus:
         return fake_backend(topology, strict, note="auto: no TPU here", hosts=hosts)
-    return _real_backend(found.name, f"auto: {found.why}", timeout, connect_fn)
+    count = _local_gpus()
+    if count:
+        return Backend(kind="gpu", num_cores=count, note="auto: no TPU here")
+    return fake_backend(topology, strict, note="auto: no TPU or GPU here", hosts=hosts)
 
 
 def choose(settings, *, timeout=DEFAULT_TIMEOUT_S, connect_fn=None):

@@ -52,7 +52,8 @@ def test_check_table_names_each_check_once():
 
 
 def test_fake_tpu_checks_measure_eight_replicas():
-    target = smoke.fake_tpu_target("v3-8", 2)
+    target = smoke.target(smoke.choose_backend("fake", topology="v3-8"), 2)
+    assert target.device == "fake (v3-8, 8 cores on CPU)"
     measured = {}
     assert checks.check_replicas(target, measured) == "8 replicas in sync on 8 worker devices"
     assert checks.check_all_reduce(target, measured) == (
