@@ -12,7 +12,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from compat_distribute.testing import _settings
+from compat_distribute.testing.pytest import options as _settings
 from compat_distribute import _tpu_discovery
 from compat_distribute.testing import _tpu_backend
 from compat_distribute.testing import cluster as cluster_lib

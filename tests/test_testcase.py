@@ -3,7 +3,7 @@
 import pytest
 import tensorflow as tf
 
-from compat_distribute.testing import _settings
+from compat_distribute.testing.pytest import options as _settings
 from compat_distribute.testing import testcase
 from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
 from compat_distribute.testing._fake_tpu import topologies
