@@ -2,7 +2,7 @@
 
 This machine has no TPU: the tests assert what "no TPU" gives. Connecting to
 a real TPU is covered by test_cli.py (an address that does not answer) and
-test_pytest_plugin.py (a connect that hangs past its deadline).
+plugin/test_plugin_backend.py (a connect that hangs past its deadline).
 """
 
 import os
