@@ -5,6 +5,7 @@
     devices   the logical CPU devices a run needs, created before any test runs
     markers   tpu, multi_device(n), multi_worker(n)
     fixtures  tpu_resolver, tpu_strategy, mirrored_strategy, strategy, local_cluster
+    ending    ends the process once a session that used TensorFlow is over
     hooks     pytest's hooks, each calling the module of its role
 
 Imported by absolute names only (`compat_distribute.testing.pytest.hooks`), so

@@ -9,6 +9,7 @@ holds the hooks; each calls the module of its role:
     devices   the logical CPU devices the run needs, created before any test runs
     markers   tpu, multi_device(n), multi_worker(n)
     fixtures  tpu_resolver, tpu_strategy, mirrored_strategy, strategy, local_cluster
+    ending    ends the process once a session that used TensorFlow is over
 
 A run that needs nothing leaves TensorFlow alone: no devices, no TPU probe,
 and, with no option given, no header line. A TPU NAME that cannot be reached
@@ -18,6 +19,7 @@ fails the session instead of falling back to the fake.
 import pytest
 
 from compat_distribute.testing.pytest import devices
+from compat_distribute.testing.pytest import ending
 from compat_distribute.testing.pytest import markers
 from compat_distribute.testing.pytest import options
 from compat_distribute.testing.pytest import session as session_state
@@ -73,3 +75,9 @@ def pytest_runtest_setup(item):
         session.tpu().backend()  # Fails the test with why the session cannot run.
     markers.count(item, "multi_worker")  # Checks the argument.
 
+
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config):
+    status = yield  # The session, its report and pytest's clean-up are done.
+    ending.end_if_done(config, status)
+    return status
