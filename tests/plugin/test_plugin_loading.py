@@ -84,13 +84,13 @@ def test_every_way_in_registers_the_plugin_once(
     )
 
 
-@pytest.mark.parametrize("spelling", ["compat_distribute", OLD_PATH])
+@pytest.mark.parametrize("name", ["compat_distribute", OLD_PATH])
 def test_with_autoload_off_p_loads_the_plugin(pytester, monkeypatch, installed_from_setup_cfg,
-                                              spelling):
+                                              name):
     del installed_from_setup_cfg
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     pytester.makeconftest(_SHOW_REGISTRATION)
-    result = pytester.runpytest("-p", spelling, "--collect-only", "--fake-tpu-topology=v4-8")
+    result = pytester.runpytest("-p", name, "--collect-only", "--fake-tpu-topology=v4-8")
     result.stdout.fnmatch_lines(
         [
             "compat_distribute: tpu=fake (v4-8, 4 cores on CPU), tf-devices=as the tests need",

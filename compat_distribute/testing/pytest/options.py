@@ -177,7 +177,7 @@ def _check_hosts(settings):
         return
     from compat_distribute.testing._fake_tpu import topologies  # numpy, not TensorFlow
 
-    try:  # The fake's own check, in its words.
+    try:  # The fake's own check and message.
         topologies.host_count(settings.fake_tpu_topology, settings.given_hosts)
     except ValueError as e:
         raise SettingError(
