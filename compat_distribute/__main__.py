@@ -70,9 +70,9 @@ def _seconds(text):
 
 def _setting(name):
     """An argparse type: the parser of the pytest plugin's setting `name`."""
-    from compat_distribute.testing import _settings  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing.pytest import options  # pylint: disable=g-import-not-at-top
 
-    parse = next(o.parse for o in _settings.OPTIONS if o.name == name)
+    parse = next(o.parse for o in options.OPTIONS if o.name == name)
 
     def parse_argument(text):
         try:

@@ -13,8 +13,6 @@ import textwrap
 
 import pytest
 
-from compat_distribute import _exit
-
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -33,20 +31,3 @@ def run_python(code, *, timeout=120, env=None):
 @pytest.fixture(name="run_python", scope="session")
 def run_python_fixture():
     return run_python
-
-
-# TensorFlow 2.21 can block for minutes at interpreter exit (see
-# compat_distribute._exit). Every result is reported by then, so the session
-# ends the process itself, with pytest's exit status, once every other plugin
-# has unconfigured.
-_EXIT_STATUS = []
-
-
-def pytest_sessionfinish(session, exitstatus):
-    _EXIT_STATUS.append(int(exitstatus))
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config):
-    if _EXIT_STATUS and not hasattr(config, "workerinput"):  # not inside an xdist worker
-        _exit.end_process(_EXIT_STATUS[-1])

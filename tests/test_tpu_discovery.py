@@ -2,7 +2,7 @@
 
 This machine has no TPU: the tests assert what "no TPU" gives. Connecting to
 a real TPU is covered by smoke/test_cli.py (an address that does not answer) and
-test_pytest_plugin.py (a connect that hangs past its deadline).
+plugin/test_plugin_backend.py (a connect that hangs past its deadline).
 """
 
 import os
@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import compat_distribute
 from compat_distribute import _tpu_discovery
-from compat_distribute.testing import _backend as _tpu_backend
+from compat_distribute.testing import _backend
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,7 +56,7 @@ def test_tpu_strategy_without_a_resolver_or_a_tpu_named_says_use_the_fake(
 
 def test_no_tpu_here_and_auto_chooses_the_fake(no_tpu_in_environment):
     assert _tpu_discovery.tpu_here() is None
-    backend = _tpu_backend.choose_backend("auto", topology="v4-8")
+    backend = _backend.choose_backend("auto", topology="v4-8")
     assert (backend.kind, backend.num_cores, backend.is_real) == ("fake", 4, False)
     assert backend.describe() == "fake (v4-8, 4 cores on CPU; auto: no TPU here)"
 
@@ -73,7 +73,7 @@ def test_a_tpu_named_by_the_environment_is_what_auto_connects(monkeypatch):
         raise ConnectionRefusedError("nothing listens")
 
     with pytest.raises(_tpu_discovery.TPUUnreachableError) as raised:
-        _tpu_backend.choose_backend("auto", timeout=5, connect_fn=refuse)
+        _backend.choose_backend("auto", timeout=5, connect_fn=refuse)
     assert calls == [None]  # the resolver reads the name from the environment
     assert str(raised.value) == (
         "the TPU named by the environment is not reachable: "

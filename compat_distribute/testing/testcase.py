@@ -1,10 +1,9 @@
 """`TestCase`: `tf.test.TestCase` with the harness's TPU-or-fake strategy.
 
 For absltest / unittest users; the pytest plugin gives pytest users the same
-through fixtures. Settings come from the plugin's environment variables
-(COMPAT_DISTRIBUTE_TF_DEVICES, COMPAT_DISTRIBUTE_TPU,
-COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY, COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS,
-COMPAT_DISTRIBUTE_FAKE_TPU_STRICT), else their defaults (the fake TPU's default
+through fixtures. Settings come from the environment variables of the
+plugin's options (`compat_distribute.testing.pytest.options`, e.g.
+COMPAT_DISTRIBUTE_TPU), else their defaults (the fake TPU's default
 topology on its own hosts, devices left alone). COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS=1
 puts a pod preset's cores (v3-32: 32) in this process:
 
@@ -21,9 +20,9 @@ import os
 
 import tensorflow as tf
 
-from compat_distribute.testing import _settings
 from compat_distribute.testing import _backend
 from compat_distribute.testing import devices
+from compat_distribute.testing.pytest import options
 
 
 class TestCase(tf.test.TestCase):
@@ -43,7 +42,7 @@ class TestCase(tf.test.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls._compat_distribute_settings = _settings.from_environment(os.environ)
+        cls._compat_distribute_settings = options.from_environment(os.environ)
         cls._compat_distribute_backend = None
         cls._compat_distribute_resolver = None
         cls._compat_distribute_strategy = None
@@ -59,7 +58,7 @@ class TestCase(tf.test.TestCase):
             settings = cls._compat_distribute_settings
             backend = _backend.choose(settings)
             if not backend.is_real:
-                _settings.check_devices_hold_fake(settings, backend.local_cores)
+                options.check_devices_hold_fake(settings, backend.local_cores)
             cls._compat_distribute_backend = backend
         return cls._compat_distribute_backend
 

@@ -63,8 +63,8 @@ def test_the_presets_and_the_default_import_no_tensorflow(run_python):
         """
         import sys
         from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY, PRESETS
-        from compat_distribute.testing import _settings
-        print(DEFAULT_TOPOLOGY, _settings.read().fake_tpu_topology, len(PRESETS))
+        from compat_distribute.testing.pytest import options
+        print(DEFAULT_TOPOLOGY, options.read().fake_tpu_topology, len(PRESETS))
         print(sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow"))
         """
     )

@@ -13,7 +13,6 @@ command line and the pytest plugin read them cheaply; the rest load on first use
 from compat_distribute import _lazy
 from compat_distribute.testing._fake_tpu.topologies import DEFAULT_TOPOLOGY
 from compat_distribute.testing._fake_tpu.topologies import PRESETS
-from compat_distribute.testing._fake_tpu.topologies import TOPOLOGIES  # the plugin's, not public
 
 __getattr__, __dir__, _LAZY = _lazy.attach(
     __name__,

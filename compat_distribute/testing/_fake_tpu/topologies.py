@@ -80,11 +80,11 @@ CORES_PER_CHIP = (1, 2)
 # fake, the chooser and the smoke command means it.
 DEFAULT_TOPOLOGY = "v3-8"
 
-# One-host preset name -> mesh shape: the pytest plugin's settings still read
-# this view of PRESETS (not public; PRESETS is the table).
-TOPOLOGIES = types.MappingProxyType(
-    {name: p.mesh_shape for name, p in PRESETS.items() if p.hosts == 1}
-)
+def one_host_meshes():
+    """{preset name: mesh shape} of the one-host presets, read from the table now."""
+    return {name: p.mesh_shape for name, p in PRESETS.items() if p.hosts == 1}
+
+
 # A host of a pod holds this block of chips (x, y, z): 4 chips.
 HOST_CHIPS = (2, 2, 1)
 

@@ -1,24 +1,28 @@
-"""The harness settings: one table of options, read from four places.
+"""The harness's options: one table (`OPTIONS`), read from four places.
 
-Each setting can come from the pytest command line, an environment variable,
+Each option can come from the pytest command line, an environment variable,
 an ini key (`[tool:pytest]` in setup.cfg, `[pytest]` in pytest.ini or tox.ini,
 `[tool.pytest.ini_options]` in pyproject.toml) or its default. Precedence:
 
     command line > environment variable > ini key > default
 
-An empty environment variable or ini value counts as not set. The device
-count has one more place, between the ini key and the default: JAX's
-`XLA_FLAGS=--xla_force_host_platform_device_count=N` (TensorFlow itself ignores
-it). The pytest plugin reads all the places; `compat_distribute.testing.TestCase`
-(absltest) reads the environment and the defaults. A host count, once every
-setting is read, must be one the topology has (the fake's own rule: 1, or a pod
-preset's own count). Nothing here imports TensorFlow (the fake TPU's presets,
-read for a topology or a host count, import numpy).
+An empty environment variable or ini value counts as not set. An option may
+name one more place, read after the ini key (`Option.fallback`): the device
+count reads JAX's `XLA_FLAGS=--xla_force_host_platform_device_count=N`.
+
+This is the one statement of the rule and the one list of options: the pytest
+plugin registers and reads them from here (`add_to_parser`, `from_config`),
+`compat_distribute.testing.TestCase` reads the environment and the defaults
+(`from_environment`), and the command line reuses the parsers. A new option is
+one more `Option` row; `Settings` shows it as an attribute of its name.
+Nothing here imports pytest or TensorFlow (the fake TPU's presets, read for a
+topology or a host count, import numpy).
 """
 
 import dataclasses
 import difflib
 import math
+import os
 from typing import Any, Callable
 
 from compat_distribute.testing import devices
@@ -126,23 +130,61 @@ def _xla_flags_device_count(env):
 
 @dataclasses.dataclass(frozen=True)
 class Option:
-    """One setting: its names in each place, its parser and its default."""
+    """One option: its name in each place, its parser, its default and its help."""
 
-    name: str  # ini key and attribute name
-    flag: str
-    env: str
-    parse: Callable[[Any], Any]
+    name: str  # ini key, and the attribute of `Settings`
+    flag: str  # command-line flag
+    env: str  # environment variable
+    parse: Callable[[Any], Any]  # raw text (or a switch's bool) -> value; raises ValueError
     default: Any
     help: str
     metavar: str = ""
     off_flag: str = ""  # for a switch: the command-line flag that turns it off
     # A last place to read, after the ini key: env -> (raw value or None, source).
     fallback: Callable[[Any], tuple] | None = None
+    # The default worked out from the other settings when read (it may import numpy).
+    default_of: Callable[["Settings"], Any] | None = None
+    # A check of the value against the other settings, once all are read.
+    check: Callable[["Settings"], None] | None = None
 
     @property
-    def is_flag(self):
+    def is_switch(self):
         """Whether this is a command-line switch that takes no value."""
         return bool(self.off_flag)
+
+    @property
+    def dest(self):
+        """Its attribute on pytest's `config.option`."""
+        return f"compat_distribute_{self.name}"
+
+
+def _default_topology(settings):
+    del settings  # The fake's own default, whatever else is set.
+    from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
+
+    return DEFAULT_TOPOLOGY
+
+
+def _own_host_count(settings):
+    from compat_distribute.testing._fake_tpu import topologies
+
+    return topologies.host_count(settings.fake_tpu_topology, None)
+
+
+def _check_hosts(settings):
+    """Raises `SettingError` when a given host count does not fit the topology."""
+    if settings.given_hosts is None:
+        return
+    from compat_distribute.testing._fake_tpu import topologies  # numpy, not TensorFlow
+
+    try:  # The fake's own check and message.
+        topologies.host_count(settings.fake_tpu_topology, settings.given_hosts)
+    except ValueError as e:
+        raise SettingError(
+            f"{settings.shown('fake_tpu_hosts')} does not fit --fake-tpu-topology="
+            f"{settings.fake_tpu_topology} (from {settings.source('fake_tpu_topology')}): "
+            f"{e} Leave --fake-tpu-hosts unset (None) for the topology's own count."
+        ) from None
 
 
 OPTIONS = (
@@ -175,7 +217,8 @@ OPTIONS = (
         flag="--fake-tpu-topology",
         env="COMPAT_DISTRIBUTE_FAKE_TPU_TOPOLOGY",
         parse=_topology,
-        default=None,  # The fake's own default, read from it when needed.
+        default=None,
+        default_of=_default_topology,
         help="topology of the fake TPU (default: the fake's DEFAULT_TOPOLOGY)",
         metavar="TOPOLOGY",
     ),
@@ -184,7 +227,9 @@ OPTIONS = (
         flag="--fake-tpu-hosts",
         env="COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS",
         parse=_host_count,
-        default=None,  # The topology's own host count.
+        default=None,
+        default_of=_own_host_count,
+        check=_check_hosts,
         help="host processes of the fake TPU: 1 puts every core of a pod preset (e.g. "
         "v3-32) in the test process, as virtual devices; a pod preset's own count "
         "(v3-32: 4) runs a host process each (default: the topology's own count)",
@@ -202,58 +247,61 @@ OPTIONS = (
 )
 
 
+def _option(name):
+    for option in OPTIONS:
+        if option.name == name:
+            return option
+    raise AttributeError(f"no option {name!r}; the options are {[o.name for o in OPTIONS]}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Settings as `read` found them (defaults: `OPTIONS`), with where each came from."""
+    """What `read` found: `settings.<option name>` is the option's value, `source(name)` its place."""
 
-    tf_devices: int | None
-    tpu: str
-    given_topology: str | None  # None: the fake's DEFAULT_TOPOLOGY
-    given_hosts: int | None  # None: the topology's own host count
-    fake_tpu_strict: bool
+    given: tuple  # ((name, value), ...): the options set somewhere, not left to their default
     sources: tuple  # ((name, source), ...)
 
+    def __getattr__(self, name):
+        if name.startswith("_") or name in ("given", "sources"):
+            raise AttributeError(name)  # not an option (and no recursion while unpickling)
+        option = _option(name)
+        given = dict(self.given)
+        if name in given:
+            return given[name]
+        return option.default if option.default_of is None else option.default_of(self)
+
+    def given_value(self, name):
+        """The value set for option `name`, or None when it is left to its default."""
+        _option(name)
+        return dict(self.given).get(name)
+
     @property
-    def fake_tpu_topology(self):
-        """The fake TPU's topology name (the fake's default is read on first use: it imports numpy)."""
-        if self.given_topology is not None:
-            return self.given_topology
-        from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
-
-        return DEFAULT_TOPOLOGY
-
-    @property
-    def fake_tpu_hosts(self):
-        """The fake TPU's hosts: the given count, else its topology's own."""
-        if self.given_hosts is not None:
-            return self.given_hosts  # `read` checked it fits (the message shows it)
-        from compat_distribute.testing._fake_tpu import topologies
-
-        return topologies.host_count(self.fake_tpu_topology, None)
+    def given_hosts(self):
+        """The host count set, None for the topology's own (the backend chooser reads it)."""
+        return self.given_value("fake_tpu_hosts")
 
     def source(self, name):
         return dict(self.sources).get(name, DEFAULT_SOURCE)
 
     def shown(self, name):
         """E.g. "--tf-devices=4 (from the command line)"."""
-        option = next(o for o in OPTIONS if o.name == name)
-        return f"{option.flag}={getattr(self, name)} (from {self.source(name)})"
+        return f"{_option(name).flag}={getattr(self, name)} (from {self.source(name)})"
 
     @property
     def any_given(self):
-        """Whether any setting came from somewhere other than its default."""
-        return any(source != DEFAULT_SOURCE for _, source in self.sources)
+        """Whether any option came from somewhere other than its default."""
+        return bool(self.given)
 
 
 def read(cli=None, env=None, ini=None, ini_path=None):
-    """Reads `Settings` from the places, highest precedence first.
+    """Reads `Settings` from the places, in the order of precedence.
 
     `cli` and `ini` map option names to raw values (None or "" when not set),
     `env` is a mapping such as `os.environ`. Raises `SettingError` naming the
     option, the bad value and where it came from.
     """
     cli, env, ini = cli or {}, env or {}, ini or {}
-    values, sources = {}, []
+    given, sources = [], []
     for option in OPTIONS:
         places = [
             (cli.get(option.name), "the command line"),
@@ -269,43 +317,59 @@ def read(cli=None, env=None, ini=None, ini_path=None):
             if raw is None or raw == "":
                 continue
             try:
-                values[option.name] = option.parse(raw)
+                value = option.parse(raw)
             except ValueError as e:
                 fix = f". {e.fix}" if isinstance(e, _Invalid) and e.fix else ""
                 raise SettingError(
                     f"{option.flag}: {e}, got {raw!r} (from {source}){fix}"
                 ) from None
+            given.append((option.name, value))
             sources.append((option.name, source))
             break
-        else:
-            values[option.name] = option.default
-            sources.append((option.name, DEFAULT_SOURCE))
-    values["given_topology"] = values.pop("fake_tpu_topology")
-    values["given_hosts"] = values.pop("fake_tpu_hosts")
-    settings = Settings(**values, sources=tuple(sources))
-    _check_hosts(settings)
+    settings = Settings(given=tuple(given), sources=tuple(sources))
+    for option in OPTIONS:
+        if option.check is not None:
+            option.check(settings)
     return settings
-
-
-def _check_hosts(settings):
-    """Raises `SettingError` when a given host count does not fit the topology."""
-    if settings.given_hosts is None:
-        return
-    from compat_distribute.testing._fake_tpu import topologies  # numpy, not TensorFlow
-
-    try:  # The fake's own check, in its words.
-        topologies.host_count(settings.fake_tpu_topology, settings.given_hosts)
-    except ValueError as e:
-        raise SettingError(
-            f"{settings.shown('fake_tpu_hosts')} does not fit --fake-tpu-topology="
-            f"{settings.fake_tpu_topology} (from {settings.source('fake_tpu_topology')}): "
-            f"{e} Leave --fake-tpu-hosts unset (None) for the topology's own count."
-        ) from None
 
 
 def from_environment(environ):
     """Settings for code outside pytest: environment variables, then defaults."""
     return read(env=environ)
+
+
+def add_to_parser(parser):
+    """Adds each option to pytest's command line (and its off switch) and ini keys."""
+    group = parser.getgroup(
+        "compat_distribute", "TensorFlow devices, fake TPU and local clusters (compat_distribute)"
+    )
+    for option in OPTIONS:
+        where = f" [env {option.env}, ini {option.name}]"
+        if option.is_switch:
+            group.addoption(
+                option.flag, action="store_true", default=None, dest=option.dest,
+                help=option.help + where,
+            )
+            group.addoption(
+                option.off_flag, action="store_false", default=None, dest=option.dest,
+                help=f"turn {option.flag} off, over the environment and ini",
+            )
+        else:
+            group.addoption(
+                option.flag, action="store", default=None, dest=option.dest,
+                metavar=option.metavar, help=option.help + where,
+            )
+        parser.addini(option.name, option.help, default="")
+
+
+def from_config(config):
+    """Reads `Settings` for a pytest session: its command line, the environment, its ini file."""
+    return read(
+        cli={o.name: config.getoption(o.dest) for o in OPTIONS},
+        env=os.environ,
+        ini={o.name: config.getini(o.name) for o in OPTIONS},
+        ini_path=config.inipath,
+    )
 
 
 def check_devices_hold_fake(settings, fake_cores):
@@ -317,9 +381,9 @@ def check_devices_hold_fake(settings, fake_cores):
     if settings.tf_devices is None or settings.tf_devices >= fake_cores:
         return
     from compat_distribute.testing._fake_tpu import PRESETS  # numpy, not TensorFlow
-    from compat_distribute.testing._fake_tpu import TOPOLOGIES
+    from compat_distribute.testing._fake_tpu import topologies
 
-    fitting = [name for name, mesh in TOPOLOGIES.items() if math.prod(mesh) <= settings.tf_devices]
+    fitting = [name for name, mesh in topologies.one_host_meshes().items() if math.prod(mesh) <= settings.tf_devices]
     instead = (
         f", or a topology of at most {settings.tf_devices} cores: "
         + " or ".join(f"--fake-tpu-topology={name}" for name in fitting)

@@ -3,7 +3,7 @@
 import pytest
 import tensorflow as tf
 
-from compat_distribute.testing import _settings
+from compat_distribute.testing.pytest import options
 from compat_distribute.testing import testcase
 from compat_distribute.testing._fake_tpu import DEFAULT_TOPOLOGY
 from compat_distribute.testing._fake_tpu import topologies
@@ -48,7 +48,7 @@ def test_bad_environment_value_fails_set_up_class(monkeypatch):
     class Bad(testcase.TestCase):
         pass
 
-    with pytest.raises(_settings.SettingError) as raised:
+    with pytest.raises(options.SettingError) as raised:
         Bad.setUpClass()
     assert str(raised.value) == (
         "--tpu: expected 'fake', 'auto' or the name of a TPU (no spaces), got 'two words' "
@@ -63,7 +63,7 @@ def test_a_host_count_the_topology_lacks_fails_set_up_class(monkeypatch):
     class Bad(testcase.TestCase):
         pass
 
-    with pytest.raises(_settings.SettingError) as raised:
+    with pytest.raises(options.SettingError) as raised:
         Bad.setUpClass()
     with pytest.raises(ValueError) as fake_says:
         topologies.host_count("v3-32", 2)
@@ -99,7 +99,7 @@ def test_fewer_devices_than_the_fake_has_cores_fails_first_use(monkeypatch, env,
 
     TooFew.setUpClass()  # The runtime already has 8 CPUs: 4 are there.
     case = TooFew("test_nothing")
-    with pytest.raises(_settings.SettingError) as raised:
+    with pytest.raises(options.SettingError) as raised:
         case.tpu_strategy  # pylint: disable=pointless-statement
     assert str(raised.value).startswith(
         f"--tf-devices=4 (from {source}) is fewer devices than the 8 cores of the fake TPU's "

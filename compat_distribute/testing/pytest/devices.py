@@ -1,0 +1,77 @@
+"""The logical CPU devices of a session, created once per process before any test runs.
+
+A given count (`--tf-devices=N`) is created at configure time, before
+collection imports TensorFlow. Otherwise, once collection is done, as many as
+the selected tests need: the fake TPU's cores when a test uses a strategy
+fixture (a pod preset's too with `--fake-tpu-hosts=1`; on its own hosts a pod
+needs none here), and the largest n of `multi_device(n)`. The count never
+depends on which test comes first, and each xdist worker collects every test,
+so each reaches the same count. A run that needs nothing leaves TensorFlow
+alone. `compat_distribute.testing.devices` creates them.
+"""
+
+from compat_distribute.testing import devices as virtual_devices
+from compat_distribute.testing.pytest import markers
+
+# Fixtures that build a strategy on the harness's devices: a run using one gets
+# at least the fake TPU's core count.
+STRATEGY_FIXTURES = ("strategy", "tpu_strategy", "tpu_resolver", "mirrored_strategy")
+
+
+def _create(count, what):
+    """Creates `count` logical CPUs; returns why not (a message) when it came too late."""
+    try:
+        virtual_devices.set_virtual_devices(count)
+    except RuntimeError as e:
+        return f"{what}: {e}"
+    return None
+
+
+def set_up_given(session):
+    """At configure time: the TPU, and the devices a setting asks for, in the order each needs."""
+    settings = session.settings
+    if not settings.any_given:
+        return  # Nothing chosen yet; collection says what the run needs.
+    if settings.tpu == "fake":
+        session.tpu()  # The fake checks the count before any device exists.
+    if settings.tf_devices and session.role.runs_tests and session.usable:
+        problem = _create(settings.tf_devices, settings.shown("tf_devices"))
+        if problem:
+            session.stop(problem)
+    session.tpu()  # After the devices: connecting to a real TPU starts TensorFlow.
+
+
+def needed(session, items):
+    """(count, why): the logical CPUs the selected `items` need, from their markers
+    and the fixtures they use; count 0 when they need none."""
+    needs = []
+    marked = [markers.count_problem(item, "multi_device")[0] for item in items]
+    largest = max((n for n in marked if n is not None), default=0)
+    if largest > 1:
+        needs.append((largest, f"the largest multi_device(n) is {largest}"))
+    # Items of other plugins (a linter's, a YAML file's) may have no fixtures.
+    uses = (name for item in items for name in getattr(item, "fixturenames", ()))
+    if any(name in STRATEGY_FIXTURES for name in uses):
+        cores = session.tpu().local_cores
+        if cores:
+            needs.append((cores, f"the fake TPU has {cores} cores"))
+    return max((n for n, _ in needs), default=0), "; ".join(why for _, why in needs)
+
+
+def set_up_needed(session, items, collect_only):
+    """After collection: creates the devices the collected `items` need, when no count was given."""
+    if session.settings.tf_devices or collect_only or not session.usable:
+        return
+    count, why = needed(session, items)  # An xdist controller collects none.
+    if count <= 1:
+        return
+    problem = _create(count, f"the tests need {count} logical CPU devices ({why})")
+    if problem:
+        enough = max(count, session.tpu().local_cores)  # A given count must hold the fake too.
+        session.stop(
+            f"{problem}\nHere TensorFlow started during collection (a test module or "
+            f"conftest.py ran TensorFlow at import): pass --tf-devices={enough}, which "
+            f"creates the devices before collection."
+        )
+        return
+    session.devices = (count, why)

@@ -1,0 +1,72 @@
+"""The plugin's markers, and the checks of their counts.
+
+    tpu               needs a real TPU; skipped on the fake.
+    multi_device(n)   needs n replicas; skipped with fewer (see `fixtures`).
+                      The largest n also sets the devices created (`devices`).
+    multi_worker(n)   starts n worker processes (n may be left out).
+"""
+
+import pytest
+
+from compat_distribute.testing import devices
+
+LINES = (
+    "tpu: needs a real TPU; skipped when the TPU is the fake (compat_distribute)",
+    "multi_device(n): needs at least n replicas; skipped with fewer (compat_distribute)",
+    "multi_worker(n): starts n real worker processes; n may be left out (compat_distribute)",
+)
+
+
+def count_problem(item, name):
+    """(n, problem) of @pytest.mark.<name>(n): n is None when left out or bad,
+    problem None or what is wrong (a multi_device n is at most MAX_DEVICES)."""
+    marker = item.get_closest_marker(name)
+    if marker is None or not (marker.args or marker.kwargs):
+        return None, None
+    if len(marker.args) + len(marker.kwargs) > 1 or set(marker.kwargs) - {"n"}:
+        given = [repr(a) for a in marker.args] + [f"{k}={v!r}" for k, v in marker.kwargs.items()]
+        return None, (
+            f"@pytest.mark.{name}(n) takes one count, n; got {name}({', '.join(given)}) "
+            f"in {item.nodeid}. Write e.g. @pytest.mark.{name}(2)."
+        )
+    n = marker.kwargs.get("n", marker.args[0] if marker.args else None)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return None, (
+            f"@pytest.mark.{name}(n): n must be a positive int; got {n!r} in "
+            f"{item.nodeid}. Write e.g. @pytest.mark.{name}(2)."
+        )
+    if name == "multi_device":
+        try:
+            devices.check_count(f"@pytest.mark.multi_device(n) in {item.nodeid}: n", n)
+        except ValueError as e:
+            return None, str(e)
+    return n, None
+
+
+def count(item, name):
+    """The n of @pytest.mark.<name>(n), None when left out; fails a bad n."""
+    n, problem = count_problem(item, name)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    return n
+
+
+def skip_tpu_tests_on_the_fake(session, items):
+    """Marks the `tpu` tests skipped when the chosen TPU is the fake."""
+    tpu_tests = [item for item in items if item.get_closest_marker("tpu") is not None]
+    if not tpu_tests or not session.usable:
+        return  # Nothing to mark, or every test fails anyway.
+    choice = session.tpu()
+    if not session.usable:
+        return
+    chosen = choice.backend()
+    if chosen.is_real:
+        return
+    settings = session.settings
+    # A skip mark rather than a skip call here, so the report points at the test.
+    skip = pytest.mark.skip(
+        reason=f"needs a real TPU; the TPU here is {chosen.describe()} "
+        f"(--tpu={settings.tpu}, from {settings.source('tpu')})"
+    )
+    for item in tpu_tests:
+        item.add_marker(skip)
