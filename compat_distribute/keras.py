@@ -28,9 +28,9 @@ Keras and TensorFlow are imported by none of this until a function is called.
 
 import functools
 import sys
-import threading
 import warnings
 
+from compat_distribute import _patching
 from compat_distribute import _validate
 
 KERAS_ISSUE = "keras-team/keras#19246"
@@ -166,10 +166,6 @@ def keras_compile_kwargs(strategy, model=None, *, on_unsupported="warn"):
 # TensorFlow's collective launcher already steps out of control-flow graphs for
 # its own capture; the fix does the same for the re-taken one.
 
-_fix_lock = threading.Lock()
-_fix_state = {"starts": 0, "original": None}
-
-
 def _capture_outside_control_flow(original):
     @functools.wraps(original)
     def capture_call_time_value(self, closure, spec, key=None, default_value=None,
@@ -192,50 +188,52 @@ def _capture_outside_control_flow(original):
     return capture_call_time_value
 
 
+_CAPTURE = "capture_call_time_value"
+_fixed_capture = []  # the one patched method, made on first use
+
+
+def _fix_value():
+    """The patched method, one object for every `MultiStepFix`."""
+    from compat_distribute import _tf
+
+    if not _fixed_capture:
+        original = _patching.original(_tf.FuncGraph, _CAPTURE)
+        _fixed_capture.append(_capture_outside_control_flow(original))
+    return _fixed_capture[0]
+
+
 class MultiStepFix:
     """Lets Keras 3 run `steps_per_execution > 1` on 2+ replicas; start() / stop().
 
     While started, a call-time capture taken inside a `tf.cond` or
     `tf.while_loop` branch is taken in the enclosing function's graph instead
-    (TensorFlow's `FuncGraph.capture_call_time_value`), so the collective
-    instance keys of Keras 3's one-step function are fed. Starts nest: the
-    last `stop()` restores TensorFlow's method. It must be started while Keras
-    traces its train and test functions (the first `fit` / `evaluate`).
-    Also a context manager.
+    (TensorFlow's `FuncGraph.capture_call_time_value`, replaced through the
+    patch registry `_patching`), so the collective instance keys of Keras 3's
+    one-step function are fed. Starts nest: TensorFlow's method is back when
+    the last started fix stops. It must be started while Keras traces its
+    train and test functions (the first `fit` / `evaluate`). Also a context
+    manager.
     """
 
     def __init__(self):
-        self._started = False
+        self._patch = None
 
     @property
     def started(self):
-        return self._started
+        return self._patch is not None
 
     def start(self):
-        if self._started:
+        if self.started:
             raise RuntimeError("this MultiStepFix is already started; stop() it first.")
         from compat_distribute import _tf
 
-        with _fix_lock:
-            if _fix_state["starts"] == 0:
-                original = _tf.FuncGraph.capture_call_time_value
-                _fix_state["original"] = original
-                _tf.FuncGraph.capture_call_time_value = _capture_outside_control_flow(original)
-            _fix_state["starts"] += 1
-        self._started = True
+        self._patch = _patching.Patch([(_tf.FuncGraph, _CAPTURE, _fix_value())]).start()
         return self
 
     def stop(self):
-        if not self._started:
-            return
-        from compat_distribute import _tf
-
-        with _fix_lock:
-            _fix_state["starts"] -= 1
-            if _fix_state["starts"] == 0:
-                _tf.FuncGraph.capture_call_time_value = _fix_state["original"]
-                _fix_state["original"] = None
-        self._started = False
+        if self.started:
+            self._patch.stop()
+            self._patch = None
 
     def __enter__(self):
         return self.start()
@@ -251,4 +249,8 @@ def multi_step_fix():
 
 def multi_step_fix_started():
     """Whether a `MultiStepFix` is started in this process."""
-    return _fix_state["starts"] > 0
+    if not _fixed_capture:
+        return False
+    from compat_distribute import _tf
+
+    return _fixed_capture[0] in _patching.values(_tf.FuncGraph, _CAPTURE)
