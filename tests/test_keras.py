@@ -446,3 +446,4 @@ def test_fit_on_two_workers_matches_one_device(two_workers, reference, keras_ver
         assert seen == [keras_version]
         assert replicas == 2
         assert_matches(result, reference)
+
