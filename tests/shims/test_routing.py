@@ -185,7 +185,7 @@ def test_each_listed_spelling_exists_in_tensorflow_today(spelling):
 def test_readme_shows_the_spellings_table():
     import os
 
-    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
     with open(readme) as f:
         text = f.read()
     assert _routing.spellings_markdown() in text, "run `python tools/readme.py spellings`"
