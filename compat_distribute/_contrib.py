@@ -94,7 +94,7 @@ ROUTES = (
     Route("distribute", "TPUStrategy", "compat_distribute.tpu:TPUStrategy", "1.12-1.15",
           note="TF 1.13-1.15's signature (resolver, steps_per_run, device_assignment)"),
     Route("distribute", "initialize_tpu_system",
-          _TF + "tpu.experimental.initialize_tpu_system", "1.13-1.15"),
+          _TF + "tpu.experimental.initialize_tpu_system", "1.14-1.15"),
     Route("distribute", "CollectiveAllReduceStrategy",
           "compat_distribute.multi_worker:MultiWorkerMirroredStrategy", "1.12-1.15",
           params=_COLLECTIVE_PARAMS,

@@ -46,6 +46,7 @@ __all__ = (
     "KERAS_ISSUE",
     "KerasStepsWarning",
     "MultiStepFix",
+    "compile_takes_steps_per_run",
     "keras_compile_kwargs",
     "keras_major_version",
     "multi_step_fix",
@@ -269,9 +270,11 @@ def compile_takes_steps_per_run():
     model)`, which warns at the `compile` line where Keras 3 cannot run that
     many steps per execution. A call that sets `steps_per_execution` is left
     as it is. In a TF1 graph, where tf-keras runs one step per call on any
-    strategy it does not take for a TPUStrategy (the fake TPU), it warns. The TPU shim and the fake TPU call this when built with
-    `steps_per_run > 1`; it stays on for the process. Calling it again patches
-    Keras imported since.
+    strategy it does not take for a TPUStrategy (the fake TPU), it warns.
+
+    The TPU shim and the fake TPU call this when built with `steps_per_run > 1`;
+    it stays on for the process (through the patch registry `_patching`).
+    Calling it again patches the Keras imported since.
     """
     import tensorflow as tf
 
