@@ -277,7 +277,8 @@ def _build():
     for name in dict.fromkeys(r.module for r in ROUTES):
         routes = {r.name: r for r in ROUTES if r.module == name}
         setattr(contrib, name, _module(f"tf.contrib.{name}", routes))
-    contrib.__dir__ = lambda: sorted({r.module for r in ROUTES})
+    contrib.__all__ = sorted({r.module for r in ROUTES})
+    contrib.__dir__ = lambda: list(contrib.__all__)
     return contrib
 
 
