@@ -423,7 +423,9 @@ def warn_at_user_line(message, category):
         lineno,
         module=module_globals.get("__name__", "<string>"),
         registry=module_globals.setdefault("__warningregistry__", {}),
-        module_globals=module_globals,
+        # For the source line of a module imported by a loader. Not for
+        # `python -c` (its loader raises ImportError for __main__'s source).
+        module_globals=module_globals if module_globals.get("__spec__") else None,
     )
 
 

@@ -1,14 +1,17 @@
-"""Replacing names in TensorFlow's namespaces, and putting TF's own objects back.
+"""Replacing names in TensorFlow and Keras, and putting their own objects back.
 
-The one place that writes into `tensorflow`'s modules: `install()` routes the
-TF1 strategy names through it, and the fake TPU its TPU entry points. Each name
-has a stack: a started `Patch` pushes its value, the name shows the top of the
-stack, and a stopped one removes its own entry wherever it sits. So patches of
-the same name may start and stop in any order, and TF's original object is back
-once the last one stops.
+The one place that writes into other libraries' modules and classes:
+`install()` routes the TF1 strategy names through it (and adds `tf.contrib`),
+the fake TPU its TPU entry points, and `compat_distribute.keras` its fixes to
+TensorFlow and Keras methods. Each name has a stack: a started `Patch` pushes
+its value, the name shows the top of the stack, and a stopped one removes its
+own entry wherever it sits. So patches of the same name may start and stop in
+any order, and the original object is back once the last one stops (a name
+that did not exist is deleted again).
 """
 
 import dataclasses
+import threading
 
 
 def tf_object(path):
@@ -21,16 +24,23 @@ def tf_object(path):
     return obj
 
 
+_ABSENT = object()  # the original of a name that did not exist
+
+
 @dataclasses.dataclass
 class _Stack:
     owner: object
     name: str
-    original: object
+    original: object  # what a lookup gave before the first patch
+    own: object  # the owner's own entry (raw, for a class), or _ABSENT
     entries: list  # [(patch, value)], newest last
 
     def show_top(self):
         if not self.entries:
-            setattr(self.owner, self.name, self.original)
+            if self.own is _ABSENT:  # inherited, or no such name: as it was
+                delattr(self.owner, self.name)
+            else:
+                setattr(self.owner, self.name, self.own)
             return
         # The highest precedence wins; among equals, the newest.
         top = max(range(len(self.entries)), key=lambda i: (self.entries[i][0].precedence, i))
@@ -39,15 +49,49 @@ class _Stack:
 
 # (id(owner), name) -> _Stack; an entry lives while any patch holds the name.
 _STACKS = {}
+_LOCK = threading.Lock()
+
+
+def _owner(where):
+    return tf_object(where) if isinstance(where, str) else where
+
+
+def _own(owner, name):
+    # A class's own entry, unwrapped (a staticmethod stays one); an inherited
+    # method is not the class's own, and is inherited again after the last stop.
+    if isinstance(owner, type):
+        return vars(owner).get(name, _ABSENT)
+    return getattr(owner, name, _ABSENT)
+
+
+def original(where, name):
+    """What `where.name` is with no patch started: the library's own object."""
+    owner = _owner(where)
+    with _LOCK:
+        stack = _STACKS.get((id(owner), name))
+    value = getattr(owner, name) if stack is None else stack.original
+    if value is _ABSENT:
+        raise AttributeError(f"{owner!r} has no attribute {name!r} of its own")
+    return value
+
+
+def values(where, name):
+    """The values that started patches hold for `where.name`, oldest first."""
+    owner = _owner(where)
+    with _LOCK:
+        stack = _STACKS.get((id(owner), name))
+        return tuple(v for _, v in stack.entries) if stack is not None else ()
 
 
 class Patch:
-    """Sets `(path, name) -> value` routes on `start()`; `stop()` takes them back.
+    """Sets `(where, name) -> value` routes on `start()`; `stop()` takes them back.
 
-    Routes naming the same object twice (two paths to one module) count once.
-    A name shows the value of the started patch with the highest `precedence`,
-    the newest among equals, whatever the order of starts and stops.
-    Also a context manager.
+    `where` is a dotted path below `tensorflow` ("compat.v1.distribute"), or
+    the module or class itself. A name that does not exist is created, and
+    deleted again by the last stop. Routes naming the same object twice (two
+    paths to one module) count once. A name shows the value of the started
+    patch with the highest `precedence`, the newest among equals, whatever the
+    order of starts and stops. Also a context manager.
     """
 
     def __init__(self, routes, *, precedence=0):
@@ -64,28 +108,32 @@ class Patch:
             raise RuntimeError("this patch is already started; stop() it first.")
         # Resolve every path before writing anything, so a bad path changes nothing.
         targets = {}
-        for path, name, value in self._routes:
-            owner = tf_object(path)
+        for where, name, value in self._routes:
+            owner = _owner(where)
             targets.setdefault((id(owner), name), (owner, name, value))
-        for key, (owner, name, value) in targets.items():
-            stack = _STACKS.get(key)
-            if stack is None:
-                stack = _STACKS[key] = _Stack(owner, name, getattr(owner, name), [])
-            stack.entries.append((self, value))
-            stack.show_top()
-        self._keys = tuple(targets)
+        with _LOCK:
+            for key, (owner, name, value) in targets.items():
+                stack = _STACKS.get(key)
+                if stack is None:
+                    stack = _STACKS[key] = _Stack(
+                        owner, name, getattr(owner, name, _ABSENT), _own(owner, name), []
+                    )
+                stack.entries.append((self, value))
+                stack.show_top()
+            self._keys = tuple(targets)
         return self
 
     def stop(self):
-        if not self.active:
-            return
-        for key in self._keys:
-            stack = _STACKS[key]
-            stack.entries[:] = [(p, v) for p, v in stack.entries if p is not self]
-            stack.show_top()
-            if not stack.entries:
-                del _STACKS[key]
-        self._keys = None
+        with _LOCK:
+            if not self.active:
+                return
+            for key in self._keys:
+                stack = _STACKS[key]
+                stack.entries[:] = [(p, v) for p, v in stack.entries if p is not self]
+                stack.show_top()
+                if not stack.entries:
+                    del _STACKS[key]
+            self._keys = None
 
     def __enter__(self):
         return self.start()

@@ -2,15 +2,17 @@
 
 `install()` points every public spelling of the two V1 strategy classes that
 still exists in TensorFlow 2.21 at `compat_distribute.TPUStrategy` and
-`compat_distribute.MultiWorkerMirroredStrategy`; `uninstall()` puts TF's own
-objects back; `installed()` does both around a block and restores the state it
-found. The spellings, routed or not and why, are data: `SPELLINGS`, from which
-the README's migration section is generated.
+`compat_distribute.MultiWorkerMirroredStrategy`, and adds TF1's `tf.contrib`
+distribution names (`_contrib.ROUTES`); `uninstall()` puts TF's own objects
+back and removes `tf.contrib`; `installed()` does both around a block and
+restores the state it found. The spellings, routed or not and why, are data:
+`SPELLINGS` and `_contrib.ROUTES`, from which the migration tables are generated.
 """
 
 import contextlib
 import dataclasses
 
+from compat_distribute import _contrib
 from compat_distribute import _patching
 
 TPU = "TPUStrategy"
@@ -59,11 +61,6 @@ SPELLINGS = (
              "The same class as tf.distribute.TPUStrategy: needs no shim."),
     Spelling("compat.v2.distribute", MWMS, MWMS, "2.4-2.21", False,
              "The same class as tf.distribute.MultiWorkerMirroredStrategy: needs no shim."),
-    Spelling("contrib.distribute", TPU, TPU, "1.12-1.15", False,
-             "tf.contrib does not exist in TF2; write tf.compat.v1.distribute.experimental.TPUStrategy."),
-    Spelling("contrib.distribute", "CollectiveAllReduceStrategy", MWMS, "1.12-1.15", False,
-             "tf.contrib does not exist in TF2; write "
-             "tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy."),
 )
 
 
@@ -81,11 +78,12 @@ _patch = None
 
 
 def _routes():
-    return [(s.path, s.name, _shim(s.shim)) for s in SPELLINGS if s.routed]
+    routes = [(s.path, s.name, _shim(s.shim)) for s in SPELLINGS if s.routed]
+    return routes + [("", "contrib", _contrib.module())]
 
 
 def install():
-    """Routes every historical spelling to the shims. Installing twice is a no-op."""
+    """Routes every historical spelling to the shims and adds `tf.contrib`. Installing twice is a no-op."""
     global _patch
     if _patch is None:
         # Above fake_tpu()'s routes whatever the order: the shims build the fake's
@@ -94,7 +92,7 @@ def install():
 
 
 def uninstall():
-    """Restores TensorFlow's own objects. A no-op when not installed."""
+    """Restores TensorFlow's own objects and removes `tf.contrib`. A no-op when not installed."""
     global _patch
     if _patch is not None:
         _patch.stop()

@@ -21,6 +21,8 @@ import tempfile
 
 from compat_distribute import _validate
 
+__all__ = ("checkpoint_dir", "checkpoint_dir_for", "is_chief")
+
 _STRATEGY_HINT = "Pass the strategy that saves the checkpoint."
 
 

@@ -10,8 +10,15 @@ the keyword arguments for `compile`:
         model = make_model()
         model.compile(optimizer="sgd", loss="mse", **keras_compile_kwargs(strategy, model))
 
-The Keras is the one `model` belongs to: Keras 3 (`keras`), or Keras 2 (the
-`tf-keras` package, which `tf.keras` is under `TF_USE_LEGACY_KERAS=1`).
+Without the helper, `compile` under the scope of a strategy whose
+`extended.steps_per_run` is above 1 (the TPU shim, the fake TPU's V1 strategy)
+takes `steps_per_execution` from it unless the call sets one: building such a
+strategy starts `compile_takes_steps_per_run()`.
+
+The Keras is the one `model` belongs to: Keras 3 (`keras`), or Keras 2.
+`tf_keras_version()` says which one `tf.keras` is: Keras 2 up to TensorFlow
+2.15; from 2.16 Keras 3, or the `tf-keras` package (Keras 2) under
+`TF_USE_LEGACY_KERAS=1`. Advice in messages follows it.
 
 Keras 3 with `steps_per_execution > 1` fails in `fit` with "You must feed a
 value for placeholder tensor ..." (keras-team/keras#19246) on a
@@ -27,11 +34,26 @@ Keras and TensorFlow are imported by none of this until a function is called.
 """
 
 import functools
+import inspect
+import os
 import sys
-import threading
-import warnings
 
+from compat_distribute import _members
+from compat_distribute import _patching
 from compat_distribute import _validate
+
+__all__ = (
+    "KERAS_ISSUE",
+    "KerasStepsWarning",
+    "MultiStepFix",
+    "compile_takes_steps_per_run",
+    "keras_compile_kwargs",
+    "keras_major_version",
+    "multi_step_fix",
+    "multi_step_fix_started",
+    "steps_per_execution",
+    "tf_keras_version",
+)
 
 KERAS_ISSUE = "keras-team/keras#19246"
 ON_UNSUPPORTED = ("warn", "raise")
@@ -66,6 +88,43 @@ def keras_major_version(model):
     )
 
 
+def _tensorflow_version():
+    """(major, minor) of the installed TensorFlow."""
+    import tensorflow as tf
+
+    major, minor = tf.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+# As TensorFlow 2.16+ reads it, when `tf.keras` is first used.
+_LEGACY_KERAS_VALUES = ("true", "True", "1")
+
+
+def tf_keras_version():
+    """The major version (2 or 3) of the Keras that `tf.keras` is: the Keras in use.
+
+    Keras 2 on TensorFlow 2.15 and older. From 2.16, Keras 3, unless
+    `TF_USE_LEGACY_KERAS` is "1" or "true", which makes `tf.keras` the
+    `tf-keras` package (Keras 2).
+    """
+    if _tensorflow_version() < (2, 16):
+        return 2
+    return 2 if os.environ.get("TF_USE_LEGACY_KERAS") in _LEGACY_KERAS_VALUES else 3
+
+
+def _keras_2_advice():
+    """How to train this model with Keras 2, for the Keras in use."""
+    if tf_keras_version() == 3:
+        return "use Keras 2 (pip install compat_distribute[legacy], TF_USE_LEGACY_KERAS=1)"
+    major, minor = _tensorflow_version()
+    why = (
+        f"on TensorFlow {major}.{minor}"
+        if (major, minor) < (2, 16)
+        else "with TF_USE_LEGACY_KERAS set"
+    )
+    return f"build the model with tf.keras, which is Keras 2 {why}"
+
+
 def _check_on_unsupported(on_unsupported):
     if not isinstance(on_unsupported, str) or on_unsupported not in ON_UNSUPPORTED:
         raise ValueError(
@@ -98,10 +157,10 @@ def steps_per_execution(strategy, model=None, *, on_unsupported="warn"):
     returns 1, or raises `ValueError` when `on_unsupported="raise"`. `model` is
     needed only to tell Keras 2 from Keras 3 in that case.
     """
-    return _steps_per_execution(strategy, model, on_unsupported, stacklevel=3)
+    return _steps_per_execution(strategy, model, on_unsupported)
 
 
-def _steps_per_execution(strategy, model, on_unsupported, stacklevel):
+def _steps_per_execution(strategy, model, on_unsupported):
     _validate.strategy(strategy, hint="Pass the strategy whose scope builds the model.")
     _check_on_unsupported(on_unsupported)
     keras = None if model is None else keras_major_version(model)
@@ -128,30 +187,105 @@ def _steps_per_execution(strategy, model, on_unsupported, stacklevel):
     remedy = (
         f" To keep steps_per_execution={steps}, start "
         f"compat_distribute.keras.multi_step_fix() before this call and keep it "
-        f"started through fit(), or use Keras 2 (pip install "
-        f"compat_distribute[legacy], TF_USE_LEGACY_KERAS=1)."
+        f"started through fit(), or {_keras_2_advice()}."
     )
     if on_unsupported == "raise":
         raise ValueError(
             message + remedy + " Or compile with steps_per_execution=1, or build the "
             "strategy with steps_per_run=1."
         )
-    warnings.warn(
+    # At the user's line: the helper's caller, or the caller of model.compile.
+    _members.warn_at_user_line(
         message + " Using steps_per_execution=1: the same training, one step per call."
         + remedy,
         KerasStepsWarning,
-        stacklevel=stacklevel,  # the caller's line
     )
     return 1
 
 
 def keras_compile_kwargs(strategy, model=None, *, on_unsupported="warn"):
     """`{"steps_per_execution": steps_per_execution(strategy, model)}`, for `model.compile`."""
-    return {
-        "steps_per_execution": _steps_per_execution(
-            strategy, model, on_unsupported, stacklevel=3
-        )
-    }
+    return {"steps_per_execution": _steps_per_execution(strategy, model, on_unsupported)}
+
+
+# --- compile() under a strategy with steps_per_run ---------------------------
+
+
+def _compile_taking_steps_per_run(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def compile(self, *args, **kwargs):  # pylint: disable=redefined-builtin
+        try:
+            given = signature.bind(self, *args, **kwargs).arguments
+        except TypeError:
+            given = None  # Keras' own call reports the bad arguments
+        # Keras compiling its own copies (tf-keras' per-replica clones in a TF1
+        # graph) is not the user's call.
+        caller = sys._getframe(1).f_globals.get("__name__", "")  # pylint: disable=protected-access
+        if (
+            given is not None
+            and "steps_per_execution" not in given
+            and caller.split(".")[0] not in ("keras", "tf_keras")
+        ):
+            import tensorflow as tf
+
+            strategy = getattr(self, "distribute_strategy", None) or tf.distribute.get_strategy()
+            steps = getattr(strategy.extended, "steps_per_run", None) or 1
+            if steps > 1 and tf.compat.v1.executing_eagerly_outside_functions():
+                kwargs["steps_per_execution"] = _steps_per_execution(strategy, self, "warn")
+            elif steps > 1 and not type(strategy).__name__.startswith("TPUStrategy"):
+                _warn_graph_fit_runs_one_step(strategy, steps)
+        return original(self, *args, **kwargs)
+
+    return compile
+
+
+def _warn_graph_fit_runs_one_step(strategy, steps):
+    # tf-keras' TF1 fit loops over steps_per_run only for classes it takes for
+    # TPUStrategy (by name), as TF 1.15's Keras did; the fake TPU is not one.
+    _members.warn_at_user_line(
+        f"steps_per_run={steps} is not used by tf-keras' TF1 graph-mode fit() on "
+        f"{type(strategy).__name__}: it runs one step per call (the same training, "
+        f"more host round trips). To run {steps} steps per device loop, fit eagerly "
+        f"(without tf.compat.v1.disable_v2_behavior()): compile then takes "
+        f"steps_per_execution={steps}.",
+        KerasStepsWarning,
+    )
+
+
+# tf-keras' TF1 (graph-mode) Model, which overrides compile.
+_TF_KERAS_V1_MODEL = "tf_keras.src.engine.training_v1"
+
+
+_COMPILE_PATCHES = {}  # the class defining compile -> its started Patch
+
+
+def compile_takes_steps_per_run():
+    """Makes `compile` take `steps_per_execution` from the strategy's `steps_per_run`.
+
+    For `tf.keras` and every other Keras imported so far: `model.compile(...)`
+    without `steps_per_execution`, for a model built under a strategy whose
+    `extended.steps_per_run` is above 1, gets `steps_per_execution(strategy,
+    model)`, which warns at the `compile` line where Keras 3 cannot run that
+    many steps per execution. A call that sets `steps_per_execution` is left
+    as it is. In a TF1 graph, where tf-keras runs one step per call on any
+    strategy it does not take for a TPUStrategy (the fake TPU), it warns.
+
+    The TPU shim and the fake TPU call this when built with `steps_per_run > 1`;
+    it stays on for the process (through the patch registry `_patching`).
+    Calling it again patches the Keras imported since.
+    """
+    import tensorflow as tf
+
+    models = [tf.keras.Model]  # the Keras in use (TensorFlow imports it)
+    models += [sys.modules[name].Model for name in ("keras", "tf_keras", _TF_KERAS_V1_MODEL)
+               if hasattr(sys.modules.get(name), "Model")]
+    for model in models:
+        owner = next(c for c in model.__mro__ if "compile" in vars(c))
+        if owner not in _COMPILE_PATCHES:
+            patched = _compile_taking_steps_per_run(vars(owner)["compile"])
+            _COMPILE_PATCHES[owner] = _patching.Patch([(owner, "compile", patched)]).start()
 
 
 # --- The fix for keras-team/keras#19246 -------------------------------------
@@ -165,10 +299,6 @@ def keras_compile_kwargs(strategy, model=None, *, on_unsupported="warn"):
 # tf.cond drops those of its branches, so the key's placeholder is never fed.
 # TensorFlow's collective launcher already steps out of control-flow graphs for
 # its own capture; the fix does the same for the re-taken one.
-
-_fix_lock = threading.Lock()
-_fix_state = {"starts": 0, "original": None}
-
 
 def _capture_outside_control_flow(original):
     @functools.wraps(original)
@@ -192,50 +322,52 @@ def _capture_outside_control_flow(original):
     return capture_call_time_value
 
 
+_CAPTURE = "capture_call_time_value"
+_fixed_capture = []  # the one patched method, made on first use
+
+
+def _fix_value():
+    """The patched method, one object for every `MultiStepFix`."""
+    from compat_distribute import _tf
+
+    if not _fixed_capture:
+        original = _patching.original(_tf.FuncGraph, _CAPTURE)
+        _fixed_capture.append(_capture_outside_control_flow(original))
+    return _fixed_capture[0]
+
+
 class MultiStepFix:
     """Lets Keras 3 run `steps_per_execution > 1` on 2+ replicas; start() / stop().
 
     While started, a call-time capture taken inside a `tf.cond` or
     `tf.while_loop` branch is taken in the enclosing function's graph instead
-    (TensorFlow's `FuncGraph.capture_call_time_value`), so the collective
-    instance keys of Keras 3's one-step function are fed. Starts nest: the
-    last `stop()` restores TensorFlow's method. It must be started while Keras
-    traces its train and test functions (the first `fit` / `evaluate`).
-    Also a context manager.
+    (TensorFlow's `FuncGraph.capture_call_time_value`, replaced through the
+    patch registry `_patching`), so the collective instance keys of Keras 3's
+    one-step function are fed. Starts nest: TensorFlow's method is back when
+    the last started fix stops. It must be started while Keras traces its
+    train and test functions (the first `fit` / `evaluate`). Also a context
+    manager.
     """
 
     def __init__(self):
-        self._started = False
+        self._patch = None
 
     @property
     def started(self):
-        return self._started
+        return self._patch is not None
 
     def start(self):
-        if self._started:
+        if self.started:
             raise RuntimeError("this MultiStepFix is already started; stop() it first.")
         from compat_distribute import _tf
 
-        with _fix_lock:
-            if _fix_state["starts"] == 0:
-                original = _tf.FuncGraph.capture_call_time_value
-                _fix_state["original"] = original
-                _tf.FuncGraph.capture_call_time_value = _capture_outside_control_flow(original)
-            _fix_state["starts"] += 1
-        self._started = True
+        self._patch = _patching.Patch([(_tf.FuncGraph, _CAPTURE, _fix_value())]).start()
         return self
 
     def stop(self):
-        if not self._started:
-            return
-        from compat_distribute import _tf
-
-        with _fix_lock:
-            _fix_state["starts"] -= 1
-            if _fix_state["starts"] == 0:
-                _tf.FuncGraph.capture_call_time_value = _fix_state["original"]
-                _fix_state["original"] = None
-        self._started = False
+        if self.started:
+            self._patch.stop()
+            self._patch = None
 
     def __enter__(self):
         return self.start()
@@ -251,4 +383,8 @@ def multi_step_fix():
 
 def multi_step_fix_started():
     """Whether a `MultiStepFix` is started in this process."""
-    return _fix_state["starts"] > 0
+    if not _fixed_capture:
+        return False
+    from compat_distribute import _tf
+
+    return _fixed_capture[0] in _patching.values(_tf.FuncGraph, _CAPTURE)

@@ -15,6 +15,7 @@ from compat_distribute import _steps
 from compat_distribute import _tf
 from compat_distribute import _tpu_discovery
 from compat_distribute import _validate
+from compat_distribute import keras
 
 
 class _TPUExtended(_tf.TPUExtended):
@@ -131,6 +132,9 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
         super().__init__(tpu_cluster_resolver, experimental_device_assignment=assignment)
         self.extended.__class__ = _TPUExtended
         self.extended.steps_per_run = steps
+        if steps > 1:
+            # Keras' compile under this scope takes steps_per_run as steps_per_execution.
+            keras.compile_takes_steps_per_run()
 
 
 _members.serve(TPUStrategy, _members.TPU, _members.STRATEGY)

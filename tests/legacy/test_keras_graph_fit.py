@@ -72,12 +72,13 @@ PROGRAM = textwrap.dedent(
 
 # Runs PROGRAM as it is, then reports what it left behind.
 HARNESS = """
-    import json, sys
+    import json, sys, warnings
     import compat_distribute
     from compat_distribute import testing
 
     compat_distribute.install()
-    with testing.fake_tpu(**{fake!r}):
+    with testing.fake_tpu(**{fake!r}), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", compat_distribute.keras.KerasStepsWarning)
         program = {{"__name__": "__main__"}}
         exec(compile({program!r}, "keras_graph_fit_program", "exec"), program)
         tf = program["tf"]
@@ -88,6 +89,10 @@ HARNESS = """
             "replicas": program["strategy"].num_replicas_in_sync,
             "steps": program["counter"].steps,
             "losses": program["history"].history["loss"],
+            "steps_warnings": [
+                (str(w.message), w.filename, w.lineno) for w in caught
+                if issubclass(w.category, compat_distribute.keras.KerasStepsWarning)
+            ],
         }}))
 """
 
@@ -121,6 +126,20 @@ def test_fit_runs_every_step_in_graph_mode_on_the_fake_tpu(runs):
     assert run["fake_tpu"] is True
     assert run["replicas"] == 8
     assert run["steps"] == 3 * 8  # EPOCHS * STEPS_PER_EPOCH
+    # One step per call, as on a GPU, not as on a TPU: said once, at compile's line.
+    compile_line = next(
+        i for i, line in enumerate(PROGRAM.splitlines(), 1) if "model.compile(" in line
+    )
+    assert [tuple(w) for w in run["steps_warnings"]] == [
+        (
+            "steps_per_run=4 is not used by tf-keras' TF1 graph-mode fit() on "
+            "FakeTPUStrategy: it runs one step per call (the same training, more host "
+            "round trips). To run 4 steps per device loop, fit eagerly (without "
+            "tf.compat.v1.disable_v2_behavior()): compile then takes steps_per_execution=4.",
+            "keras_graph_fit_program",
+            compile_line,
+        )
+    ]
     losses = run["losses"]
     assert len(losses) == 3
     assert losses[0] > losses[1] > losses[2]

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from compat_distribute import _members
 from compat_distribute import _steps
+from compat_distribute import keras as cd_keras
 from compat_distribute import _validate
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import extended as extended_lib
@@ -60,6 +61,9 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         )
         # Skips MirroredStrategy.__init__, which would build a MirroredExtended.
         _tf.Strategy.__init__(self, extended)
+        if steps_per_run > 1:
+            # Keras' compile under this scope takes steps_per_run as steps_per_execution.
+            cd_keras.compile_takes_steps_per_run()
         # TPUStrategyV2's default: one packed handle per variable in eager mode.
         self._enable_packed_variable_in_eager_mode = True
         self._checked_keys = set()  # step functions strict mode passed

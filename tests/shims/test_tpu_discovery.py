@@ -17,7 +17,7 @@ import compat_distribute
 from compat_distribute import _tpu_discovery
 from compat_distribute.testing import _backend
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(name="no_tpu_in_environment")

@@ -10,7 +10,7 @@ import pytest
 from compat_distribute import _lazy
 
 ADAPTERS = ("compat_distribute._tf", "compat_distribute.testing._tf")
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "compat_distribute"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "compat_distribute"
 
 
 def _entries(kind):

@@ -292,6 +292,34 @@ def test_multi_step_fix_starts_nest_and_restore_tensorflow():
     assert _tf.FuncGraph.capture_call_time_value is original
 
 
+def test_multi_step_fix_patches_through_the_registry_in_any_order():
+    from compat_distribute import _patching, _tf
+
+    name = "capture_call_time_value"
+    original = _tf.FuncGraph.capture_call_time_value
+    own_before = vars(_tf.FuncGraph)[name]
+
+    def other(*args, **kwargs):  # another patch of the same method
+        return original(*args, **kwargs)
+
+    fix = cd_keras.multi_step_fix().start()
+    fixed = _tf.FuncGraph.capture_call_time_value
+    assert _patching.values(_tf.FuncGraph, name) == (fixed,)
+    assert _patching.original(_tf.FuncGraph, name) is original
+    patch = _patching.Patch([(_tf.FuncGraph, name, other)]).start()
+    assert _tf.FuncGraph.capture_call_time_value is other  # the newest shows
+    fix.stop()  # stopped first, under the other patch
+    assert not cd_keras.multi_step_fix_started()
+    assert _tf.FuncGraph.capture_call_time_value is other
+    again = cd_keras.multi_step_fix().start()
+    assert _tf.FuncGraph.capture_call_time_value is fixed  # one object for every fix
+    patch.stop()
+    assert cd_keras.multi_step_fix_started()
+    again.stop()
+    assert _tf.FuncGraph.capture_call_time_value is original
+    assert vars(_tf.FuncGraph)[name] is own_before
+
+
 def test_helper_warns_and_uses_1_where_keras_3_would_fail(reference):
     strategy = compat_distribute.TPUStrategy(
         testing.FakeTPUClusterResolver("v3-8"), steps_per_run=4
@@ -418,3 +446,4 @@ def test_fit_on_two_workers_matches_one_device(two_workers, reference, keras_ver
         assert seen == [keras_version]
         assert replicas == 2
         assert_matches(result, reference)
+

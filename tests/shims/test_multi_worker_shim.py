@@ -82,7 +82,7 @@ def test_communication_options_object_is_refused_with_advice():
 
 
 def test_a_tpu_resolver_is_refused():
-    from tests.test_tpu_shim import StandInTPUResolver
+    from tests.shims.test_tpu_shim import StandInTPUResolver
 
     with pytest.raises(
         TypeError,
