@@ -11,23 +11,23 @@ STAMP := $(VENV)/.installed
 PYTEST := $(PY) -m pytest -p no:cacheprovider
 
 # Extras by TensorFlow version (setup.cfg explains them). TF 2.15's tf.keras is
-# Keras 2 and it pins keras<2.16; from 2.16 on, Keras 3 is tf.keras and Keras 2
-# is the tf-keras package.
+# Keras 2 and it pins keras<2.16, so no keras3 there; tf-keras (legacy) is on
+# every version, since TF 2.15 too reads TF_USE_LEGACY_KERAS=1 and then needs it.
 comma := ,
 KERAS_2_ONLY := $(filter 2.15 2.15.%,$(TF))
-EXTRAS := $(if $(KERAS_2_ONLY),test,test$(comma)keras3$(comma)legacy)
+EXTRAS := $(if $(KERAS_2_ONLY),test$(comma)legacy,test$(comma)keras3$(comma)legacy)
 TF_PIN := $(if $(TF),tensorflow==$(TF))
 
-# The subset `make test-fast` runs: the shims, the fake TPU, the plugin, the
-# smoke command, one local cluster (the multi-worker shim's tests), the adapter
-# pins and the Keras tests. Folders of the re-laid suite are picked up when
-# they exist.
+# The subset `make test-fast` runs (about a third of the suite): the shims and
+# their member table, the fake TPU and its conformance rows, the plugin, the
+# smoke command, one local cluster (test_cluster_runs), the adapter pins and
+# Keras. Folders of the re-laid suite are picked up when they exist.
 FAST_TESTS := $(wildcard \
 	tests/shims tests/fake_tpu tests/plugin tests/smoke tests/conformance \
+	tests/cluster/test_cluster_runs.py tests/test_cluster_runs.py \
 	tests/test_tpu_shim.py tests/test_multi_worker_shim.py tests/test_routing.py \
 	tests/test_members.py tests/test_pytest_plugin.py tests/test_smoke.py tests/test_cli.py \
-	tests/test_tf_adapters.py tests/test_keras.py tests/test_import.py tests/test_packaging.py \
-	tests/docs)
+	tests/test_tf_adapters.py tests/test_keras.py tests/test_import.py tests/test_packaging.py)
 
 .PHONY: smoke test test-fast test-multi-worker wheel-check bench clean
 

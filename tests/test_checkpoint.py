@@ -49,7 +49,8 @@ def snapshot(model, optimizer):
     """
     out = {f"model/{i}": v.numpy() for i, v in enumerate(model.weights)}
     for i, v in enumerate(optimizer.variables):
-        role = next((r for r in ("momentum", "velocity", "iteration") if r in v.path), "other")
+        name = getattr(v, "path", v.name)  # Keras 3 variables have a path; Keras 2's a name
+        role = next((r for r in ("momentum", "velocity", "iteration") if r in name), "other")
         out[f"optimizer/{i}/{role}"] = v.numpy()
     return out
 
