@@ -273,11 +273,17 @@ def check_user_session(venv, user, exit_bound):
     return text
 
 
-def check_plugin_by_name(venv, user):
-    """With entry points off, `-p compat_distribute` (the entry point's name) loads the plugin."""
+def check_plugin_by_name(venv, work):
+    """With entry points off, `-p compat_distribute` (the entry point's name) loads the plugin.
+
+    Run in a project of no settings, so the plugin has no devices to make.
+    """
+    bare = work / "bare-project"
+    bare.mkdir(exist_ok=True)
+    (bare / "pytest.ini").write_text("[pytest]\n")
     env = dict(user_env(), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
-    out = run([venv / "bin" / "python", "-m", "pytest", "-p", "compat_distribute", "-p", "no:cacheprovider",
-               "--markers"], cwd=user, env=env).stdout
+    out = run([venv / "bin" / "python", "-m", "pytest", "-p", "compat_distribute",
+               "-p", "no:cacheprovider", "--markers"], cwd=bare, env=env).stdout
     if "multi_device" not in out:
         raise CheckFailed(f"-p compat_distribute did not register the markers:\n{out[-2000:]}")
     return "-p compat_distribute registers the plugin with autoload off"
@@ -306,7 +312,7 @@ def main(argv=None):
         ("--version", lambda: check_version(state["venv"][0], user)),
         ("smoke --json", lambda: check_smoke(state["venv"][0], user)),
         ("user's pytest session", lambda: check_user_session(state["venv"][0], user, args.exit_bound)),
-        ("-p compat_distribute", lambda: check_plugin_by_name(state["venv"][0], user)),
+        ("-p compat_distribute", lambda: check_plugin_by_name(state["venv"][0], work)),
     ]
     total = time.monotonic()
     try:
