@@ -24,9 +24,21 @@ Public modules:
       The test harness: fake TPUs, local multi-worker clusters, the XLA check.
 """
 
+import importlib.metadata
+import typing
+
 from compat_distribute import _lazy
 
-__version__ = "0.1.0"
+try:  # One version, setup.cfg's, read from the installed package's metadata.
+    __version__ = importlib.metadata.version("compat_distribute")
+except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
+
+if typing.TYPE_CHECKING:  # what IDEs and type checkers see; at run time, the table below
+    from compat_distribute._routing import install, installed, is_installed, uninstall
+    from compat_distribute.multi_worker import CollectiveCommunication
+    from compat_distribute.multi_worker import MultiWorkerMirroredStrategy
+    from compat_distribute.tpu import TPUStrategy
 
 __getattr__, __dir__, __all__ = _lazy.attach(
     __name__,

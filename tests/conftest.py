@@ -6,6 +6,7 @@ TensorFlow. Tests that need another device configuration run in a subprocess
 (see `run_python`), never by resetting TensorFlow's private state.
 """
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -26,6 +27,32 @@ def run_python(code, *, timeout=120, env=None):
         timeout=timeout,
         env=full_env,
     )
+
+
+def _keras_version():
+    try:
+        return importlib.metadata.version("keras")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# Tests about Keras 3 (its bugs, its variables, its warnings) carry
+# @pytest.mark.requires_keras3. TensorFlow 2.15 pins the keras package to Keras 2.
+KERAS_VERSION = _keras_version()
+IS_KERAS_3 = KERAS_VERSION is not None and int(KERAS_VERSION.split(".")[0]) >= 3
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "requires_keras3: the test is about Keras 3; skipped where the keras package is Keras 2",
+    )
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("requires_keras3") and not IS_KERAS_3:
+        pytest.skip(f"needs Keras 3; the keras package here is {KERAS_VERSION} (Keras 2, "
+                    f"as TensorFlow 2.15 pins it)")
 
 
 @pytest.fixture(name="run_python", scope="session")

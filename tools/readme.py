@@ -1,27 +1,50 @@
-"""Regenerates the README's generated blocks: `python tools/readme.py [members] [spellings] [xla_rules] [conformance] [bench]`.
+"""Regenerates the docs' generated blocks: `python tools/readme.py [members] [spellings] [xla_rules] [conformance] [bench]`.
 
-A block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->`.
+A block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->` in the page
+`PAGES` names for it; the tests that keep a table current read it with `block`.
 """
 
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-README = os.path.join(ROOT, "README.md")
+# Which page of docs/ holds each generated block.
+PAGES = {
+    "members": "docs/migration.md",
+    "spellings": "docs/migration.md",
+    "xla_rules": "docs/xla-check.md",
+    "conformance": "docs/fake-tpu.md",
+    "bench": "docs/benchmarks.md",
+}
+
+
+def page(name):
+    """The path of the page that holds block `name`."""
+    return os.path.join(ROOT, PAGES[name])
+
+
+def block(name):
+    """The current text of block `name`, without its markers."""
+    with open(page(name)) as f:
+        text = f.read()
+    start, end = f"<!-- {name}:start -->\n", f"\n<!-- {name}:end -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"{PAGES[name]} has no {start.strip()} ... {end.strip()} block")
+    return text.split(start, 1)[1].split(end, 1)[0]
 
 
 def replace_block(text, name, content):
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     head, found, rest = text.partition(start)
     if not found or end not in rest:
-        raise SystemExit(f"README.md has no {start} ... {end} block")
+        raise SystemExit(f"{PAGES[name]} has no {start} ... {end} block")
     return f"{head}{start}\n{content.strip()}\n{end}{rest.partition(end)[2]}"
 
 
 def update(name, content):
-    with open(README) as f:
+    with open(page(name)) as f:
         text = f.read()
-    with open(README, "w") as f:
+    with open(page(name), "w") as f:
         f.write(replace_block(text, name, content))
 
 

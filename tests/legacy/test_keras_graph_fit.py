@@ -154,6 +154,7 @@ def test_eight_replicas_train_as_one(runs):
     np.testing.assert_allclose(runs["fake v3-8"]["losses"], runs["one core"]["losses"], rtol=1e-5)
 
 
+@pytest.mark.requires_keras3
 def test_keras_3_cannot_fit_in_graph_mode(run_python):
     # Without TF_USE_LEGACY_KERAS, tf.keras is Keras 3. It takes no tf.train
     # optimizer, and with its own optimizer it still has no graph mode: fit()

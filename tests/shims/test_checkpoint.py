@@ -41,6 +41,18 @@ def make_state(strategy, seed):
     return model, optimizer
 
 
+# An optimizer variable's role, from its Keras 3 path ("adam/dense_kernel_momentum")
+# or its Keras 2 name ("m/dense/kernel:0", "iteration:0").
+_KERAS_2_ROLES = {"m": "momentum", "v": "velocity", "iteration:0": "iteration"}
+
+
+def _optimizer_role(variable):
+    if hasattr(variable, "path"):  # Keras 3
+        roles = ("momentum", "velocity", "iteration")
+        return next((r for r in roles if r in variable.path), "other")
+    return _KERAS_2_ROLES.get(variable.name.split("/")[0], "other")
+
+
 def snapshot(model, optimizer):
     """Role -> numpy value of every variable the checkpoint holds.
 
@@ -49,7 +61,7 @@ def snapshot(model, optimizer):
     """
     out = {f"model/{i}": v.numpy() for i, v in enumerate(model.weights)}
     for i, v in enumerate(optimizer.variables):
-        role = next((r for r in ("momentum", "velocity", "iteration") if r in v.path), "other")
+        role = _optimizer_role(v)
         out[f"optimizer/{i}/{role}"] = v.numpy()
     return out
 

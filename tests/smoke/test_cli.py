@@ -142,10 +142,51 @@ def test_bad_command_exits_2(args, message, capsys):
 
 
 def test_version(capsys):
+    import importlib.metadata
+
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--version"])
     assert exit_info.value.code == 0
-    assert capsys.readouterr().out == f"compat-distribute {compat_distribute.__version__}\n"
+    version = importlib.metadata.version("compat_distribute")  # the package's metadata
+    assert capsys.readouterr().out == f"compat-distribute {version}\n"
+
+
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["--help"], 0),
+        (["--version"], 0),
+        (["smoke", "--help"], 0),
+        (["smoke", "--tpu", "fak"], 2),
+        (["smoke", "--steps-per-run", "0"], 2),
+        (["smoke", "--topology", "v3-32", "--hosts", "3"], 2),
+        (["smok"], 2),
+    ],
+)
+def test_help_and_usage_errors_answer_before_tensorflow_is_imported(args, code):
+    # In a fresh process, through the console entry point's own function: the
+    # answer comes, and the process ends, with TensorFlow never imported.
+    probe = (
+        "import atexit, os, sys\n"
+        "atexit.register(lambda: os.write(3, str('tensorflow' in sys.modules).encode()))\n"
+        "from compat_distribute import __main__ as cli\n"
+        f"cli.entry({args!r})\n"
+    )
+    read_end, write_end = os.pipe()
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", f"import os; os.dup2({write_end}, 3)\n" + probe],
+        capture_output=True, text=True, timeout=120, pass_fds=(write_end,),
+        env=dict(os.environ, PYTHONPATH=REPO),
+    )
+    took = time.monotonic() - start
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        tensorflow_imported = pipe.read()
+    assert result.returncode == code, result.stderr
+    assert tensorflow_imported == "False", (args, tensorflow_imported, result.stderr[-2000:])
+    assert (result.stdout + result.stderr).strip(), "no answer"
+    assert took < 60, f"{args} took {took:.1f} s"
 
 
 def test_smoke_help_lists_every_option_checks_and_topologies(capsys):

@@ -1,0 +1,50 @@
+"""What a user's tools see of the installed package: its version, its types, its lazy names."""
+
+import ast
+import importlib
+import importlib.metadata
+import os
+import pathlib
+
+import pytest
+
+import compat_distribute
+import compat_distribute.testing
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _type_checking_imports(package):
+    """(module, name) pairs imported under `if typing.TYPE_CHECKING:` in the package's __init__."""
+    tree = ast.parse(pathlib.Path(package.__file__).read_text())
+    blocks = [
+        node for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING"
+    ]
+    assert len(blocks) == 1, f"{package.__name__} needs one `if typing.TYPE_CHECKING:` block"
+    return [
+        (node.module, alias.name)
+        for node in blocks[0].body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    ]
+
+
+@pytest.mark.parametrize("package", [compat_distribute, compat_distribute.testing],
+                         ids=lambda p: p.__name__)
+def test_ides_see_every_lazy_name_from_the_module_that_defines_it(package):
+    imports = _type_checking_imports(package)
+    assert sorted(name for _, name in imports) == sorted(package.__all__)
+    for module, name in imports:
+        assert getattr(importlib.import_module(module), name) is getattr(package, name), (
+            f"{package.__name__}.{name} is not {module}.{name}")
+
+
+def test_version_is_the_installed_metadata():
+    assert compat_distribute.__version__ == importlib.metadata.version("compat_distribute")
+    assert "version = " + compat_distribute.__version__ in (ROOT / "setup.cfg").read_text()
+
+
+def test_the_package_is_marked_typed_and_ships_the_marker():
+    assert os.path.isfile(os.path.join(os.path.dirname(compat_distribute.__file__), "py.typed"))
+    assert "compat_distribute = py.typed" in (ROOT / "setup.cfg").read_text()
