@@ -1,4 +1,4 @@
-"""Regenerates the docs' generated blocks: `python tools/readme.py [members] [spellings] [xla_rules] [conformance] [bench]`.
+"""Regenerates the docs' generated blocks: `python tools/readme.py [members] [spellings] [contrib] [xla_rules] [conformance] [bench]`.
 
 A block sits between `<!-- NAME:start -->` and `<!-- NAME:end -->` in the page
 `PAGES` names for it; the tests that keep a table current read it with `block`.
@@ -12,6 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = {
     "members": "docs/migration.md",
     "spellings": "docs/migration.md",
+    "contrib": "docs/migration.md",
     "xla_rules": "docs/xla-check.md",
     "conformance": "docs/fake-tpu.md",
     "bench": "docs/benchmarks.md",
@@ -69,6 +70,13 @@ def spellings():
     return _routing.spellings_markdown()
 
 
+def contrib():
+    sys.path.insert(0, ROOT)
+    from compat_distribute import _contrib
+
+    return _contrib.markdown()
+
+
 def bench():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import run_all
@@ -87,9 +95,10 @@ if __name__ == "__main__":
     blocks = {
         "members": members,
         "spellings": spellings,
+        "contrib": contrib,
         "xla_rules": xla_rules,
         "conformance": conformance,
         "bench": bench,
     }
-    for block in sys.argv[1:] or ["members", "spellings", "xla_rules", "conformance"]:
+    for block in sys.argv[1:] or ["members", "spellings", "contrib", "xla_rules", "conformance"]:
         update(block, blocks[block]())
