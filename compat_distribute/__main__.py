@@ -4,9 +4,9 @@
 fake TPU (default), a real TPU (`--tpu NAME`) or whatever is here
 (`--tpu auto`), prints one line per check and exits 0 only if all passed.
 Exit codes: 0 all passed, 1 a check failed or the hardware was unreachable,
-2 bad command line (checked before any TPU look-up). `--help`, `--version`
-and a bad command name import no TensorFlow; the `smoke` command's own parser
-does (its check table is `compat_distribute.smoke.checks`).
+2 bad command line (checked before any TPU look-up). `--help`, `--version`,
+`smoke --help` and every usage error answer before TensorFlow is imported (the
+check table, `compat_distribute.smoke.table`, and the presets import none).
 
 Its output is the report alone: TensorFlow's native log lines (oneDNN, CUDA
 stubs, cuInit) are held back, and shown only when the run fails, unless
@@ -100,10 +100,10 @@ def build_parser():
 
 
 def build_smoke_parser():
-    """The `smoke` command's parser (imports TensorFlow, with the check table)."""
-    from compat_distribute import smoke  # pylint: disable=g-import-not-at-top
+    """The `smoke` command's parser (no TensorFlow: the check table and presets import none)."""
+    from compat_distribute.smoke import table as table_lib  # pylint: disable=g-import-not-at-top
 
-    table = smoke.checks.CHECKS  # read here, so a row added to the table is offered
+    table = table_lib.CHECKS  # read here, so a row added to the table is offered
     checks = "\n".join(f"  {c.name:<20} {c.what}" for c in table)
     parser = argparse.ArgumentParser(
         prog=f"{PROG} smoke",
@@ -128,10 +128,10 @@ def build_smoke_parser():
     )
     parser.add_argument(
         "--topology",
-        choices=smoke.topologies(),
+        choices=table_lib.topologies(),
         default=None,
-        help=f"the fake TPU's topology: {', '.join(smoke.topologies())} "
-        f"(default {smoke.DEFAULT_TOPOLOGY})",
+        help=f"the fake TPU's topology: {', '.join(table_lib.topologies())} "
+        f"(default {table_lib.topologies_lib.DEFAULT_TOPOLOGY})",
     )
     parser.add_argument(
         "--hosts",

@@ -7,31 +7,34 @@ one chooser, `testing._backend`; `gpus=True` lets "auto" pick local GPUs).
 One module per concern:
 
     targets   `target(backend, steps_per_run)`: the strategy on the chosen hardware
-    checks    the checks, and `CHECKS`, the table naming them (a new check is a row)
+    table     `CHECKS`, the table naming the checks (a new check is a row); no TensorFlow
+    checks    the checks themselves
     run       `run_checks`, warnings caught per check, `Report`
     report    the text report
     progress  the TTY ticker
 
-The command line is `compat_distribute.__main__`. Importing this package
-imports TensorFlow.
+The command line is `compat_distribute.__main__`. Each name below is imported
+from its module on first use: the table and the topology names import no
+TensorFlow, the checks and targets do.
 """
 
-from compat_distribute.smoke.checks import CHECK_NAMES
-from compat_distribute.smoke.checks import CHECKS
-from compat_distribute.smoke.checks import Check
-from compat_distribute.smoke.checks import CheckFailed
-from compat_distribute.smoke.checks import Skip
-from compat_distribute.smoke.progress import Progress
-from compat_distribute.smoke.report import format_footer
-from compat_distribute.smoke.report import format_header
-from compat_distribute.smoke.report import format_report
-from compat_distribute.smoke.report import format_result
-from compat_distribute.smoke.run import Report
-from compat_distribute.smoke.run import Result
-from compat_distribute.smoke.run import run_checks
-from compat_distribute.smoke.targets import Target
-from compat_distribute.smoke.targets import target
-from compat_distribute.smoke.targets import topologies
-from compat_distribute.testing._backend import TPUUnreachableError
-from compat_distribute.testing._backend import choose_backend
-from compat_distribute.testing._fake_tpu.topologies import DEFAULT_TOPOLOGY
+from compat_distribute import _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach(
+    __name__,
+    {
+        "compat_distribute.smoke.table": ("CHECKS", "Check", "topologies"),
+        "compat_distribute.smoke.checks": ("CheckFailed", "Skip"),
+        "compat_distribute.smoke.progress": ("Progress",),
+        "compat_distribute.smoke.report": (
+            "format_footer",
+            "format_header",
+            "format_report",
+            "format_result",
+        ),
+        "compat_distribute.smoke.run": ("Report", "Result", "run_checks"),
+        "compat_distribute.smoke.targets": ("Target", "target"),
+        "compat_distribute.testing._backend": ("TPUUnreachableError", "choose_backend"),
+        "compat_distribute.testing._fake_tpu.topologies": ("DEFAULT_TOPOLOGY",),
+    },
+)

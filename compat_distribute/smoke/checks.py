@@ -9,7 +9,6 @@ purpose (`experimental_run_v2`, `reduce` without `axis`,
 `.steps_per_run`).
 """
 
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -290,26 +289,3 @@ def _short(values, limit=8):
     if len(values) <= limit:
         return str(values)
     return f"[{values[0]}, {values[1]}, ..., {values[-1]}]"
-
-
-# The table of named checks, run in this order.
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-    name: str  # for --inject-failure and the report
-    fn: object  # fn(target, measured) -> one-line detail
-    what: str  # for --help
-
-
-CHECKS = (
-    Check("replicas", check_replicas, "replica count matches the hardware"),
-    Check("per_replica_values", check_per_replica_values, "each replica returns its own value"),
-    Check("all_reduce", check_all_reduce, "all-reduce and reduce give a known sum and mean"),
-    Check("run_steps", check_run_steps, "on-device loops advance a counter by steps_per_run"),
-    Check("logical_devices", check_logical_devices, "split_to_logical_devices"),
-    Check("dataset", check_dataset, "per-replica batch sizes from make_dataset_iterator"),
-    Check("checkpoint", check_checkpoint, "tf.train.Checkpoint round trip, bit-identical"),
-    Check("training", check_training, "a tiny model's loss falls; steps per second"),
-)
-CHECK_NAMES = tuple(c.name for c in CHECKS)  # as written; run, report and the command read CHECKS

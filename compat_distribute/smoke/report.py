@@ -1,6 +1,6 @@
 """The text report: a header, one line per check as it finishes, a footer."""
 
-from compat_distribute.smoke import checks as checks_lib
+from compat_distribute.smoke import table as table_lib
 
 def format_header(target):
     return f"compat-distribute smoke: {target.device}, steps_per_run={target.steps_per_run}"
@@ -8,7 +8,7 @@ def format_header(target):
 
 def format_result(result):
     status = "SKIP" if result.skipped else ("PASS" if result.ok else "FAIL")
-    width = max(len(check.name) for check in checks_lib.CHECKS)
+    width = max(len(check.name) for check in table_lib.CHECKS)
     return f"  {status}  {result.name:<{width}}  {result.seconds:6.2f}s  {result.detail}"
 
 

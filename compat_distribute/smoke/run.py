@@ -13,6 +13,7 @@ import time
 import warnings
 
 from compat_distribute.smoke import checks as checks_lib
+from compat_distribute.smoke import table as table_lib
 from compat_distribute.smoke import progress as progress_lib
 
 
@@ -71,7 +72,7 @@ def one_line(text, limit=300):
 def _run_one(check, target, measured):
     """(detail, ok, skipped) of one check; never raises."""
     try:
-        return check.fn(target, measured), True, False
+        return check.run(target, measured), True, False
     except checks_lib.Skip as e:
         return f"skipped: {e}", True, True
     except checks_lib.CheckFailed as e:
@@ -88,7 +89,7 @@ def run_checks(target, *, inject_failure=None, progress=None, on_start=None, on_
     ticks while each check runs. `on_start(name)` and `on_result(result)` are
     called around each check, for printing results as they come.
     """
-    table = checks_lib.CHECKS  # read here, so a row added to the table is run
+    table = table_lib.CHECKS  # read here, so a row added to the table is run
     names = [check.name for check in table]
     if inject_failure is not None and inject_failure not in names:
         raise ValueError(

@@ -46,11 +46,6 @@ class Target:
         return iterator
 
 
-def topologies():
-    """The fake TPU's preset names, pods included: the choices of `--topology`."""
-    return tuple(topologies_lib.PRESETS)
-
-
 def _split_strategy(resolver, topology, steps_per_run):
     """Builds, on demand, a TPUStrategy whose replicas span two logical cores.
 

@@ -9,7 +9,7 @@ import typing
 from compat_distribute import _lazy
 
 if typing.TYPE_CHECKING:  # what IDEs and type checkers see; at run time, the table below
-    from compat_distribute.testing._fake_tpu import PRESETS, TOPOLOGIES, FakeTPU
+    from compat_distribute.testing._fake_tpu import PRESETS, FakeTPU
     from compat_distribute.testing._fake_tpu import FakeTPUClusterResolver, FakeTPUStrategy
     from compat_distribute.testing._fake_tpu import fake_tpu
     from compat_distribute.testing._fake_tpu import initialize_tpu_system, shutdown_tpu_system

@@ -78,7 +78,9 @@ def _run(pytester, expected, *args):
     out = pytester.mkdir("out")
     pytester.makeconftest(_CONFTEST.format(out=str(out)))
     pytester.makepyfile(test_project=_PROJECT.format(out=str(out), expected=expected))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    # A session of its own, also when this test runs in an xdist worker.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
     process = subprocess.Popen(
         command, cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

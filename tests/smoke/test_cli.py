@@ -198,7 +198,7 @@ def test_smoke_help_lists_every_option_checks_and_topologies(capsys):
     assert "--inject-failure" in options and "--verbose" in options
     for option in options:
         assert option in out, option
-    for name in smoke.CHECK_NAMES:
+    for name in [c.name for c in smoke.CHECKS]:
         assert f"\n  {name} " in out, name
     names = ", ".join(smoke.topologies())
     assert f"the fake TPU's topology: {names} (default v3-8)" in " ".join(out.split())
@@ -262,7 +262,7 @@ def test_json_run_on_the_fake_tpu_prints_the_report_alone_and_leaves_tmpdir_empt
     assert report["replicas"] == 8
     assert report["steps_per_run"] == 2
     assert (report["hardware"], report["topology"]) == ("fake_tpu", "v3-8")
-    assert [c["name"] for c in report["checks"]] == list(smoke.CHECK_NAMES)
+    assert [c["name"] for c in report["checks"]] == list([c.name for c in smoke.CHECKS])
     for check in report["checks"]:
         assert set(check) == {"name", "ok", "detail", "seconds", "skipped"}
         assert check["ok"] is True and check["skipped"] is False, check
@@ -288,7 +288,7 @@ def test_text_run_with_injected_failure_shows_the_held_back_log():
         "compat-distribute smoke: fake (v2-8, 8 cores on CPU), steps_per_run=1"
     )
     statuses = [line.split()[:2] for line in lines[1:9]]
-    assert statuses == [["FAIL" if n == "checkpoint" else "PASS", n] for n in smoke.CHECK_NAMES]
+    assert statuses == [["FAIL" if n == "checkpoint" else "PASS", n] for n in [c.name for c in smoke.CHECKS]]
     assert lines[-1].startswith(
         "FAILED checkpoint: failure injected by --inject-failure (measured: 3 variables"
     )

@@ -1,4 +1,4 @@
-"""A new smoke check is one row of `smoke.checks.CHECKS`: it runs, is reported and offered.
+"""A new smoke check is one row of `smoke.table.CHECKS`: it runs, is reported and offered.
 
 The row is added for one test (monkeypatch); `run_checks`, the text and JSON
 reports and the command's --help and --inject-failure all see it.
@@ -9,6 +9,7 @@ import pytest
 from compat_distribute import __main__ as cli
 from compat_distribute import smoke
 from compat_distribute.smoke import checks
+from compat_distribute.smoke import table as table_lib
 
 def _even(target, measured):
     measured["halves"] = target.replicas // 2
@@ -19,9 +20,9 @@ def _even(target, measured):
 
 @pytest.fixture(name="table")
 def table_fixture(monkeypatch):
-    new = checks.Check("replica_count_is_even", _even, "the replica count is even")
-    monkeypatch.setattr(checks, "CHECKS", checks.CHECKS + (new,))
-    return checks.CHECKS
+    new = table_lib.Check("replica_count_is_even", _even, "the replica count is even")
+    monkeypatch.setattr(table_lib, "CHECKS", table_lib.CHECKS + (new,))
+    return table_lib.CHECKS
 
 
 def test_the_new_check_runs_and_is_reported_after_the_others(table):
