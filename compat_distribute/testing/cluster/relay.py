@@ -16,7 +16,7 @@ the relay listens on 127.0.0.1:P inside and connects each connection out
 through a socket the parent made in its own network and handed over (a socket
 connects in the network it was made in; the relay cannot make one there).
 
-`main` (started by `task.BOOTSTRAP`, `--forward FD:PORT` per server) accepts
+`main` (started by `bootstrap`, `--forward FD:PORT` per server) accepts
 on a thread per listening socket and moves each connection's bytes on a thread
 per direction (gRPC keeps few, long-lived connections); it says `Ready`, then
 serves until `Exit` or until the launcher's end of the connection closes.

@@ -1,6 +1,6 @@
 """The main of a task that hosts a `tf.distribute.Server` (runs inside the task).
 
-Started by `task.BOOTSTRAP` (TF_CONFIG set, `--devices D`), which armed the
+Started by `bootstrap` (TF_CONFIG set, `--devices D`), which armed the
 stack dump and said `Alive`. `main` starts a gRPC server for its task of the
 TF_CONFIG cluster with D CPU devices (a server takes its devices from its
 config; the process's logical device configuration does not reach it), says
