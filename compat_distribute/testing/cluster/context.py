@@ -13,6 +13,10 @@ import contextlib
 from compat_distribute import _validate
 from compat_distribute._tf_config import TFConfig
 
+# Public: current_task and worker_strategy. enter, importing and
+# check_can_launch are internal (the worker's main and the launcher call them).
+__all__ = ["current_task", "worker_strategy"]
+
 _task_config: TFConfig | None = None
 _strategies: dict = {}
 _importing: str | None = None  # "module:qualname" whose module is being imported.

@@ -1,5 +1,7 @@
 """Private network namespaces: each cluster's servers reachable by its tasks alone.
 
+Internal: not part of the public API; the names below may change.
+
 The cluster spec names 127.0.0.1 only, but TensorFlow's gRPC server
 has no bind-address option: `GrpcServer::Init` in
 tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc calls
@@ -33,6 +35,8 @@ import warnings
 from compat_distribute import _validate
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster.errors import ClusterError
+
+__all__ = ["NETWORKS", "PrivateNetwork", "check", "choose", "make", "probe", "support"]
 
 # How long the namespace's maker may take to exit once told to.
 _MAKER_EXIT_S = 2.0

@@ -1,5 +1,7 @@
 """The main of the relay between a client and servers in a private network.
 
+Internal: not part of the public API; the names below may change.
+
 TensorFlow's servers listen on 0.0.0.0 (see `netns`), so `LocalServers` keeps
 them in a private network namespace, where that means its own loopback, and
 its client (the parent process, outside) reaches them through this relay: the
@@ -30,6 +32,8 @@ import sys
 import threading
 
 from compat_distribute.testing.cluster import protocol
+
+__all__ = ["POOL_MAX", "forward_flag", "main"]
 
 # Sockets of the client's network the relay keeps per port, at most.
 POOL_MAX = 64

@@ -1,5 +1,7 @@
 """The texts of a cluster's errors: which task, what happened, its output and stacks.
 
+Internal: not part of the public API; the names below may change.
+
 A task here is anything with `.name`, `.task_type`, `.task_id`, `.alive` and
 `.exitcode()` (see `task.Task`); `stopped` holds the names of the tasks that
 were stopped (SIGSTOP, a debugger) when the call failed.
@@ -10,6 +12,21 @@ import signal
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster.errors import ClusterTaskError
 from compat_distribute.testing.cluster.errors import ClusterTimeoutError
+
+__all__ = [
+    "SIGTERM_EXIT_CODE",
+    "TAIL_LINES",
+    "call_failure",
+    "call_timeout",
+    "exit_reason",
+    "format_outputs",
+    "format_stacks",
+    "indent",
+    "start_died",
+    "start_failed",
+    "start_timeout",
+    "tail",
+]
 
 # Lines of a task's output quoted in errors.
 TAIL_LINES = 40

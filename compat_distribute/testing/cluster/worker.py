@@ -1,5 +1,7 @@
 """The main of a task that serves `LocalCluster.run` (runs inside the task).
 
+Internal: not part of the public API; the names below may change.
+
 Started by `bootstrap` (TF_CONFIG set, `--devices D`), which armed the
 stack dump and said `Alive`. `main` enters the task (`context.enter`), makes D
 virtual CPU devices, says `Ready`, then answers each `protocol.Call` with a
@@ -18,6 +20,8 @@ from compat_distribute._tf_config import parse_tf_config
 from compat_distribute.testing import devices
 from compat_distribute.testing.cluster import context
 from compat_distribute.testing.cluster import protocol
+
+__all__ = ["main"]
 
 
 def _answer(call):
