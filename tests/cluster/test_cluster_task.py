@@ -10,6 +10,7 @@ import time
 import pytest
 from cluster_checks import running
 
+from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import launcher
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import report
@@ -46,11 +47,11 @@ def test_a_task_runs_a_long_lived_main_until_told_to_exit(temp_dir):
     )
     try:
         assert launched == [("server 0", server.pid)]
-        assert server.conn.poll(60) and server.conn.recv() == protocol.Alive(server.pid)
+        assert server.conn.poll(deadlines.scaled(60)) and server.conn.recv() == protocol.Alive(server.pid)
         # Alive and Ready are typed messages: the main was found by name.
-        assert server.conn.poll(60) and server.conn.recv() == protocol.Ready(server.pid)
+        assert server.conn.poll(deadlines.scaled(60)) and server.conn.recv() == protocol.Ready(server.pid)
         server.ask_to_exit()
-        assert server.wait(10) == 7
+        assert server.wait(deadlines.scaled(10)) == 7
         assert server.output().splitlines()[-2:] == ["serving --port 1234 marked", "exiting"]
     finally:
         server.kill()

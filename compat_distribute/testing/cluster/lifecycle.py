@@ -311,6 +311,8 @@ def local_cluster(
         devices_per_worker: virtual CPU devices each task gets (1 to 256), set up
             before the function runs any op.
         timeout: seconds a `run` may take before it fails with every task's stack.
+            This and start_timeout are multiplied by $COMPAT_DISTRIBUTE_TIMEOUT_SCALE
+            (default 1; see `compat_distribute.testing.deadlines`).
         env: extra environment variables for the tasks (str -> str). TF_CONFIG is
             written by the cluster for each task and cannot be given here.
         start_timeout: seconds the tasks may take to start (import TensorFlow);
