@@ -17,7 +17,6 @@ from compat_distribute.testing.cluster import ClusterError
 from compat_distribute.testing.cluster import ClusterTaskError
 from compat_distribute.testing.cluster import ClusterTimeoutError
 from compat_distribute.testing.cluster import LaunchHooks
-from compat_distribute.testing.cluster import bootstrap
 from compat_distribute.testing.cluster import local_cluster
 from compat_distribute.testing.cluster.ports import pick_ports
 
@@ -187,7 +186,7 @@ def test_peer_that_never_starts_fails_start_up():
     assert "Python stacks of worker 1: none (never said hello)." in text
     # Worker 0 said hello at once: its stack shows where it is (importing or idle).
     assert "Python stacks of worker 0:\n" in text
-    assert f'File "{bootstrap.__file__}"' in error.stacks["worker 0"]
+    assert "(most recent call first):\n  File " in error.stacks["worker 0"]
     assert deadlines.scaled(8) <= elapsed < deadlines.scaled(8) + 4, elapsed
     assert not c.running
     assert len(launched) == 2

@@ -145,3 +145,11 @@ def test_a_task_that_exits_when_asked_gets_no_signal(temp_dir):
     finally:
         directory.remove()
     assert elapsed < 1.0, elapsed
+
+
+def test_the_watchdog_frames_left_out_of_stack_dumps_are_the_bootstraps():
+    from compat_distribute.testing.cluster import bootstrap
+
+    assert task_lib.WATCHDOG_FRAMES == ("_exit_when_orphaned", "_end_on_sigterm")
+    assert callable(bootstrap._exit_when_orphaned)
+    assert callable(bootstrap._SigtermEnds._end_on_sigterm)

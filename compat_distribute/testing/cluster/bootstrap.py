@@ -8,9 +8,12 @@ parent-death signal (Linux); MAIN: "module" or "module:function", whose
 
 Before anything else it arms the SIGUSR1 stack dump, ties the process's life to
 its parent's, and makes SIGTERM end the task at once; then it says
-`protocol.Alive` and runs MAIN. Nothing before `Alive` imports TensorFlow (the
-packages above this module import none), so a task stuck importing it can
-still dump its stack. `launcher` builds this command line (`command`).
+`protocol.Alive` and runs MAIN, and ends the process once MAIN returns (atexit
+handlers run; interpreter teardown, which TensorFlow can stall for seconds, is
+skipped: a task whose launcher died ends at once). Nothing before `Alive`
+imports TensorFlow (the packages above this module import none), so a task
+stuck importing it can still dump its stack. `task.Task` builds this command
+line; nothing imports this module (runpy would then run a second copy).
 """
 
 import faulthandler
@@ -20,29 +23,12 @@ import sys
 import threading
 import time
 
-__all__ = ["MODULE", "WATCHDOG_FRAMES", "ORPHAN_EXIT_CODE", "command", "main"]
+__all__ = ["ORPHAN_EXIT_CODE", "main"]
 
-MODULE = "compat_distribute.testing.cluster.bootstrap"
-# The watchdog threads below: in every stack dump, saying nothing.
-WATCHDOG_FRAMES = ("_exit_when_orphaned", "_end_on_sigterm")
 # What a task whose parent is gone exits with.
 ORPHAN_EXIT_CODE = 70
 # How often a task looks whether its parent is gone.
 _ORPHAN_POLL_S = 0.5
-
-
-def command(fd, main_name, argv, *, death_signal) -> list[str]:
-    """The command line of a task that talks on `fd` and then runs `main_name(argv)`."""
-    return [
-        sys.executable,
-        "-m",
-        MODULE,
-        str(fd),
-        str(os.getpid()),
-        "1" if death_signal else "0",
-        main_name,
-        *argv,
-    ]
 
 
 def _set_parent_death_signal():
@@ -52,6 +38,8 @@ def _set_parent_death_signal():
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+# The names of this thread's function and of `_SigtermEnds._end_on_sigterm`
+# are `task.WATCHDOG_FRAMES`, left out of stack dumps.
 def _exit_when_orphaned(parent):
     while os.getppid() == parent:
         time.sleep(_ORPHAN_POLL_S)
@@ -108,6 +96,7 @@ def main(argv):
     import importlib  # pylint: disable=g-import-not-at-top
     from multiprocessing import connection  # pylint: disable=g-import-not-at-top
 
+    from compat_distribute import _exit  # pylint: disable=g-import-not-at-top
     from compat_distribute.testing.cluster import protocol  # pylint: disable=g-import-not-at-top
     from compat_distribute.testing.cluster import report  # pylint: disable=g-import-not-at-top
 
@@ -116,8 +105,9 @@ def main(argv):
     conn = connection.Connection(int(fd))
     conn.send(protocol.Alive(os.getpid()))
     module, _, function = main_name.partition(":")
-    return getattr(importlib.import_module(module), function or "main")(argv[4:], conn)
+    status = getattr(importlib.import_module(module), function or "main")(argv[4:], conn)
+    _exit.end_process(0 if status is None else status if isinstance(status, int) else 1)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])

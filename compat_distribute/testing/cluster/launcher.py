@@ -29,7 +29,6 @@ import weakref
 from multiprocessing import connection as mp_connection
 
 from compat_distribute.testing import deadlines
-from compat_distribute.testing.cluster import bootstrap
 from compat_distribute.testing.cluster import context
 from compat_distribute.testing.cluster import netns
 from compat_distribute.testing.cluster import ports
@@ -254,7 +253,7 @@ def dump_stacks(tasks):
 
 def _drop_watchdog(dump):
     threads = dump.strip().split("\n\n")
-    return "\n\n".join(t for t in threads if not any(f in t for f in bootstrap.WATCHDOG_FRAMES))
+    return "\n\n".join(t for t in threads if not any(f in t for f in task_lib.WATCHDOG_FRAMES))
 
 
 def stop_all(tasks, *, graceful):

@@ -27,11 +27,15 @@ import sys
 import threading
 from multiprocessing import connection as mp_connection
 
-from compat_distribute.testing.cluster import bootstrap
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import tf_config
 
-__all__ = ["Task", "TaskSpec"]
+__all__ = ["BOOTSTRAP", "Task", "TaskSpec", "WATCHDOG_FRAMES"]
+
+# The module every task runs first, with `python -m` (see there).
+BOOTSTRAP = "compat_distribute.testing.cluster.bootstrap"
+# Its watchdog threads' functions: in every stack dump, saying nothing.
+WATCHDOG_FRAMES = ("_exit_when_orphaned", "_end_on_sigterm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,12 +64,23 @@ class TaskSpec:
         return self.label or tf_config.task_name(self.task_type, self.task_id)
 
 
-def _death_signal():
+def bootstrap_command(spec: TaskSpec, fd: int) -> list[str]:
+    """The command line that runs `spec` in a fresh Python, talking on `fd`."""
     # The parent-death signal fires when the thread that forked the task ends:
     # only the main thread lives as long as this process.
-    return sys.platform.startswith("linux") and (
+    death_signal = sys.platform.startswith("linux") and (
         threading.current_thread() is threading.main_thread()
     )
+    return [
+        sys.executable,
+        "-m",
+        BOOTSTRAP,
+        str(fd),
+        str(os.getpid()),
+        "1" if death_signal else "0",
+        spec.main,
+        *spec.argv,
+    ]
 
 
 class Task:
@@ -79,9 +94,7 @@ class Task:
         self.alive = False  # Said Alive: its SIGUSR1 stack dump is armed.
         self.ready = False  # Its main is set up.
         parent_end, child_end = socket.socketpair()
-        argv = bootstrap.command(
-            child_end.fileno(), spec.main, spec.argv, death_signal=_death_signal()
-        )
+        argv = bootstrap_command(spec, child_end.fileno())
         if command is not None:
             argv = list(command(spec, argv))
         pass_fds = (child_end.fileno(), *spec.pass_fds)
