@@ -1,4 +1,4 @@
-"""While `MultiWorkerMirroredStrategy()` waits for its cluster: a warning, and a deadline if asked (internal).
+"""While `MultiWorkerMirroredStrategy()` waits for its cluster: a warning, a deadline (internal).
 
 TensorFlow 2.21 builds a multi-worker strategy only once every chief and
 worker task of the cluster has connected to the coordination service of the

@@ -109,7 +109,8 @@ def test_hang_times_out_with_every_stack():
     error = info.value
     assert str(error).startswith(
         "local_cluster: run(cluster_tasks:hang_worker_1_in_sleep) did not finish within "
-        f"{deadlines.describe(6)} (timeout); still running: worker 0, worker 1. The cluster was torn down."
+        f"{deadlines.describe(6)} (timeout); still running: worker 0, worker 1. The cluster "
+        "was torn down."
     )
     assert error.pending == ["worker 0", "worker 1"]
     # Worker 1 sleeps; worker 0 waits for it inside TensorFlow.

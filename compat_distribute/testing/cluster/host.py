@@ -187,7 +187,8 @@ class LocalServers:
                     ports = [listener.getsockname()[1] for listener in listeners]
                 else:
                     ports = launcher.pick_ports(self._num_hosts)
-                self._cluster_spec = tf_config.cluster_spec(tf_config.task_keys(len(ports), False), ports)
+                keys = tf_config.task_keys(self._num_hosts, False)
+                self._cluster_spec = tf_config.cluster_spec(keys, ports)
                 hosts = [self._task_spec(i) for i in range(self._num_hosts)]
                 launcher.spawn(hosts, [self._relay_spec(listeners)] if listeners else [])
             finally:

@@ -275,7 +275,13 @@ class LocalCluster:
             )
         else:
             error = report.call_timeout(
-                function, deadlines.describe(self._timeout), tasks, pending, stacks, outputs, stopped
+                function,
+                deadlines.describe(self._timeout),
+                tasks,
+                pending,
+                stacks,
+                outputs,
+                stopped,
             )
         # The bind failure shows in TF's log, or (when TF_CPP_MIN_LOG_LEVEL hides
         # the log) only in the exception the task raised.
