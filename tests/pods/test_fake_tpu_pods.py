@@ -7,6 +7,7 @@ module shares one v3-32 pod run (4 hosts) between its tests.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -142,9 +143,14 @@ def test_a_host_that_never_starts_fails_start_up_naming_it_and_leaves_nothing():
     before = descendants()
     with pytest.raises(ClusterTimeoutError) as raised:
         pod.start()
-    assert raised.value.pending == ["worker 1"]
-    assert str(raised.value).startswith(
-        f"local_cluster: worker 1 did not start within {deadlines.describe(15)} (start_timeout)"
+    # On a busy machine host 0 may still be importing TensorFlow too (at load
+    # 18 on 2 cores it did; $COMPAT_DISTRIBUTE_TIMEOUT_SCALE gives it the time).
+    assert raised.value.pending[-1] == "worker 1"
+    assert re.match(
+        r"local_cluster: (worker 0, )?worker 1 did not start within "
+        + re.escape(deadlines.describe(15))
+        + r" \(start_timeout\)",
+        str(raised.value),
     )
     # The hosts, then the relay to them where they run in a private network.
     names = [name for name, _ in launched]
