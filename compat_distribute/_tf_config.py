@@ -55,6 +55,13 @@ class TFConfig:
         return json.dumps(config)
 
 
+# What TF_CONFIG holds, for the errors about a value that holds nothing.
+_ACCEPTED = (
+    'a JSON object such as {"cluster": {"worker": ["host1:port", "host2:port"]}, '
+    '"task": {"type": "worker", "index": 0}}'
+)
+
+
 def _bad_tf_config(where, problem):
     return ValueError(f"TF_CONFIG{where} {problem}")
 
@@ -73,6 +80,13 @@ def parse_tf_config(text) -> TFConfig:
     """
     if not isinstance(text, (str, bytes)):
         raise TypeError(f"TF_CONFIG must be a JSON string; got {_validate.show(text)}.")
+    if not text.strip():
+        # TensorFlow's resolver would raise a bare JSONDecodeError.
+        raise ValueError(
+            f"TF_CONFIG is set but empty ({text!r}); it must hold {_ACCEPTED}. Set it so, "
+            f"or unset it (e.g. `unset TF_CONFIG`, or del os.environ['TF_CONFIG']) to run "
+            f"one worker on its own."
+        )
     try:
         config = json.loads(text)
     except json.JSONDecodeError as e:
@@ -155,6 +169,10 @@ def parse_tf_config(text) -> TFConfig:
 
 
 def from_environment(environ=None) -> TFConfig | None:
-    """The parsed `TF_CONFIG` of `environ` (default `os.environ`); None where unset or empty."""
-    text = (os.environ if environ is None else environ).get(ENV_VAR, "")
-    return parse_tf_config(text) if text.strip() else None
+    """The parsed `TF_CONFIG` of `environ` (default `os.environ`); None where unset.
+
+    Set but empty or blank raises ValueError, as TensorFlow's resolver fails on
+    it (with a bare JSONDecodeError).
+    """
+    environ = os.environ if environ is None else environ
+    return parse_tf_config(environ[ENV_VAR]) if ENV_VAR in environ else None

@@ -1,5 +1,6 @@
 """`MultiWorkerMirroredStrategy` with TF1's signature, over TF2's strategy."""
 
+from compat_distribute import _cluster_wait
 from compat_distribute import _members
 from compat_distribute import _steps
 from compat_distribute import _tf
@@ -50,7 +51,10 @@ class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf.CollectiveAllReduceS
     `TF_CONFIG` is checked before anything starts (when the cluster comes from
     it): malformed JSON or a misspelt key raises `ValueError` naming
     `TF_CONFIG`, the key or position, and what is accepted, where TF would
-    raise a bare `JSONDecodeError` or build a one-replica strategy.
+    raise a bare `JSONDecodeError` or build a one-replica strategy; so is an
+    empty or blank one. A task of that cluster that has not started after
+    `_cluster_wait.WARN_AFTER_S` is named in a RuntimeWarning, and
+    `$COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT` (seconds) bounds the wait.
     """
 
     def __init__(self, communication=CollectiveCommunication.AUTO, cluster_resolver=None):
@@ -61,13 +65,16 @@ class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf.CollectiveAllReduceS
             tpu=False,
             is_tpu=tpu.is_tpu_resolver(cluster_resolver),
         )
+        config = None
         if cluster_resolver is None or _reads_tf_config(cluster_resolver):
-            _tf_config.from_environment()
-        # Keywords only: V1 and V2 take these two in opposite orders.
-        super().__init__(
-            cluster_resolver=cluster_resolver,
-            communication_options=_tf.CommunicationOptions(implementation=communication),
-        )
+            config = _tf_config.from_environment()
+        limit = _cluster_wait.deadline()
+        with _cluster_wait.watching(config, limit):
+            # Keywords only: V1 and V2 take these two in opposite orders.
+            super().__init__(
+                cluster_resolver=cluster_resolver,
+                communication_options=_tf.CommunicationOptions(implementation=communication),
+            )
         self.extended.__class__ = _CollectiveExtended
 
 

@@ -14,17 +14,22 @@ import textwrap
 
 import pytest
 
+from compat_distribute.testing import deadlines
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def run_python(code, *, timeout=120, env=None):
-    """Runs `code` in a fresh Python process; returns the CompletedProcess."""
+    """Runs `code` in a fresh Python process; returns the CompletedProcess.
+
+    `timeout` is scaled by $COMPAT_DISTRIBUTE_TIMEOUT_SCALE (see `deadlines`).
+    """
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=deadlines.scaled(timeout),
         env=full_env,
     )
 

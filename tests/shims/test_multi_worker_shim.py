@@ -1,5 +1,6 @@
 """compat_distribute.MultiWorkerMirroredStrategy in one process (one worker)."""
 
+import socket
 import warnings
 
 import pytest
@@ -7,6 +8,7 @@ import tensorflow as tf
 from tensorflow.python.distribute import collective_all_reduce_strategy as tf_collective
 
 import compat_distribute as cd
+from compat_distribute import _cluster_wait
 
 
 @pytest.fixture(scope="module", name="strategy")
@@ -229,6 +231,15 @@ def test_reduce_says_which_reduce_ops_it_takes(strategy, reduce_op, error, text)
             '{"cluster": {"worker": ["localhost"]}}',
             "TF_CONFIG['cluster']['worker'][0] must be a 'host:port' string",
         ),
+        # TensorFlow's own resolver raises a bare JSONDecodeError on these.
+        (
+            "",
+            "TF_CONFIG is set but empty (''); it must hold a JSON object such as "
+            '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", '
+            '"index": 0}}. Set it so, or unset it (e.g. `unset TF_CONFIG`, or '
+            "del os.environ['TF_CONFIG']) to run one worker on its own.",
+        ),
+        (" \n ", "TF_CONFIG is set but empty (' \\n '); it must hold a JSON object such as"),
     ],
 )
 def test_a_bad_tf_config_is_refused_before_tf_is_touched(monkeypatch, tf_config, text):
@@ -260,3 +271,86 @@ def test_tf_config_is_not_read_for_another_resolver(monkeypatch):
     with pytest.raises(Reached) as info:
         cd.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     assert info.value.args == (resolver,)
+
+
+# A task of the TF_CONFIG cluster that never starts: TensorFlow waits up to an
+# hour, holding the interpreter, and says so only in INFO logs.
+
+_ONE_OF_TWO_WORKERS = """
+import time
+from compat_distribute import _cluster_wait
+_cluster_wait.WARN_AFTER_S = 2
+import compat_distribute as cd
+print("building", flush=True)
+cd.MultiWorkerMirroredStrategy()
+print("built", flush=True)
+"""
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.multi_worker
+def test_a_peer_that_never_starts_is_named_and_the_deadline_ends_the_wait(run_python):
+    ports = _free_ports(2)
+    tf_config = (
+        '{"cluster": {"worker": ["127.0.0.1:%d", "127.0.0.1:%d"]}, '
+        '"task": {"type": "worker", "index": 0}}' % tuple(ports)
+    )
+    result = run_python(
+        _ONE_OF_TWO_WORKERS,
+        timeout=120,
+        env={"TF_CONFIG": tf_config, _cluster_wait.DEADLINE_ENV: "8"},
+    )
+    waiting = (
+        "MultiWorkerMirroredStrategy() in task worker 0 has waited {waited} s for the other "
+        "tasks of its cluster (TF_CONFIG): nothing listens yet at worker 1 "
+        f"(127.0.0.1:{ports[1]}): start each task with the same TF_CONFIG cluster and its own "
+        "TF_CONFIG['task'], or correct the addresses. "
+        "COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT=8 ends this process at 8 s."
+    )
+    lines = [line for line in result.stderr.splitlines() if line.startswith("compat_distribute:")]
+    assert lines == [
+        "compat_distribute: warning: " + waiting.format(waited=2),
+        "compat_distribute: error: " + waiting.format(waited=8) + " Killing it now (SIGKILL).",
+    ], result.stderr[-3000:]
+    assert result.stdout == "building\n"
+    assert result.returncode == -9
+
+
+def test_the_warning_says_how_to_set_a_deadline():
+    (port,) = _free_ports(1)
+    peers = [("chief 0", f"127.0.0.1:{port}")]
+    assert _cluster_wait._waiting_text("worker 0", peers, 30, None) == (
+        "MultiWorkerMirroredStrategy() in task worker 0 has waited 30 s for the other tasks of "
+        f"its cluster (TF_CONFIG): nothing listens yet at chief 0 (127.0.0.1:{port}): start "
+        "each task with the same TF_CONFIG cluster and its own TF_CONFIG['task'], or correct "
+        "the addresses. TensorFlow waits up to an hour and has no option to shorten that (its "
+        "CommunicationOptions(timeout_seconds=...) bounds collectives, not this wait); set "
+        "COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT=SECONDS to end this process after that long."
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "100000"])
+def test_a_bad_deadline_is_refused_before_tf_is_touched(monkeypatch, value):
+    calls = []
+    monkeypatch.setattr(
+        tf_collective.CollectiveAllReduceStrategy, "__init__", lambda *a, **k: calls.append(a)
+    )
+    monkeypatch.setenv(_cluster_wait.DEADLINE_ENV, value)
+    with pytest.raises(ValueError) as info:
+        cd.MultiWorkerMirroredStrategy()
+    assert str(info.value) == (
+        "COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT must be a number of seconds > 0 and at most "
+        "86400: how long MultiWorkerMirroredStrategy() may wait for the other tasks of its "
+        f"cluster; got {value!r}. Set it so (e.g. 600), or unset it to wait as long as "
+        "TensorFlow does (an hour)."
+    )
+    assert calls == []

@@ -29,11 +29,15 @@ launches fresh tasks.
 One module per role, as pytest-xdist's dsession / workermanage / remote:
 
     lifecycle   LocalCluster: start, run, tear down (this process)
-    task        one task process: launch, watch, stop; TaskSpec names its main
+    host        LocalServers: server tasks for a client in this process (a fake pod's hosts)
+    launcher    Launcher: the one place that starts, watches and stops the processes
+                of a LocalCluster or a LocalServers (they each own one)
+    task        one task process: TaskSpec says what to run, Task is the process
+    bootstrap   the first code of every task (`python -m`): stack dumps, dies with
+                its parent, SIGTERM ends it; then runs the main its TaskSpec names
     worker      the main of a task that serves `run` (in the task process)
     server      the main of a task that hosts a tf.distribute.Server (a fake pod's host)
-    host        LocalServers: server tasks for a client in this process
-    relay       the main of the relay between that client and servers in a private network
+    relay       the main of the relay between a client and servers in a private network
     context     current_task() and worker_strategy() (in the task process)
     protocol    the typed messages between the two, and function references
     checks      the arguments' checks, before anything starts
@@ -41,9 +45,16 @@ One module per role, as pytest-xdist's dsession / workermanage / remote:
     tf_config   the cluster spec and each task's TF_CONFIG
     ports       free loopback ports
     netns       private network namespaces (why: see there)
-    workdir     the cluster's temp dir; reaping what a killed run left
+    workdir     the launch's temp dir; reaping what a killed run left
     hooks       LaunchHooks: fault injection for tests
     errors      ClusterError, ClusterTaskError, ClusterTimeoutError
+
+A new kind of task process is a module with `main(argv, conn)` that says
+`protocol.Ready` once set up and serves until `protocol.Exit` (see `server`),
+and an owner that builds its `TaskSpec`s and hands them to a `Launcher`
+(see `host.LocalServers._launch`). Every deadline scales with
+$COMPAT_DISTRIBUTE_TIMEOUT_SCALE (`compat_distribute.testing.deadlines`).
+Modules other than the names exported below are internal.
 
 This package is the one place of compat_distribute that launches processes.
 """

@@ -1,4 +1,7 @@
-"""Checks of `local_cluster`'s arguments: a clear error before anything starts."""
+"""Checks of `local_cluster`'s arguments: a clear error before anything starts.
+
+Internal: not part of the public API; the names below may change.
+"""
 
 import numbers
 
@@ -6,6 +9,8 @@ from compat_distribute import _validate
 from compat_distribute._tf_config import parse_tf_config
 from compat_distribute.testing import devices
 from compat_distribute.testing.cluster.hooks import LaunchHooks
+
+__all__ = ["MAX_WORKERS", "devices_per_worker", "env", "hooks", "num_workers", "positive_seconds"]
 
 # Each task is a process that imports TensorFlow (seconds of CPU, hundreds of
 # MB): a count far past this on one machine is a typo, not a test.

@@ -2,19 +2,58 @@
 
 `worker.main` enters the task once at start-up (`enter`); `current_task` and
 `worker_strategy` then answer inside that process, and refuse anywhere else.
+While the worker imports the module of a function it is asked to run
+(`importing`), starting processes is refused (`check_can_launch`): that is a
+script's top level running again in the task, which would start clusters
+without end.
 """
+
+import contextlib
 
 from compat_distribute import _validate
 from compat_distribute._tf_config import TFConfig
 
+# Public: current_task and worker_strategy. enter, importing and
+# check_can_launch are internal (the worker's main and the launcher call them).
+__all__ = ["current_task", "worker_strategy"]
+
 _task_config: TFConfig | None = None
 _strategies: dict = {}
+_importing: str | None = None  # "module:qualname" whose module is being imported.
 
 
 def enter(config: TFConfig):
     """Marks this process as the task `config` names (called by `worker.main`)."""
     global _task_config
     _task_config = config
+
+
+@contextlib.contextmanager
+def importing(function):
+    """While the worker imports the module of `function` ("module:qualname")."""
+    global _importing
+    _importing, before = function, _importing
+    try:
+        yield
+    finally:
+        _importing = before
+
+
+def check_can_launch():
+    """Raises RuntimeError when this task is importing a function's module
+    (see the module): the message names the `__main__` guard."""
+    if _importing is None:
+        return
+    module = _importing.partition(":")[0]
+    task = " ".join(str(part) for part in current_task())
+    raise RuntimeError(
+        f"local_cluster: {task} imported the module {module!r} to run {_importing}, and "
+        f"that module's top level started processes again (a local_cluster or a fake TPU "
+        f"pod). Each task imports the module of the function it runs, as multiprocessing "
+        f"does, so a script's top-level code runs again in every task. Put the code that "
+        f'starts the cluster under `if __name__ == "__main__":` at the bottom of the script, '
+        f"and keep the functions the tasks run at the top level above it."
+    )
 
 
 def current_task() -> tuple[str, int]:

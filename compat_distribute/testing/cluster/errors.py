@@ -1,5 +1,7 @@
 """The errors a local cluster raises to its caller."""
 
+__all__ = ["ClusterError", "ClusterTaskError", "ClusterTimeoutError"]
+
 
 class ClusterError(RuntimeError):
     """A local cluster could not start, or was used after it was torn down."""

@@ -4,6 +4,8 @@ import dataclasses
 
 from compat_distribute import _validate
 
+__all__ = ["LaunchHooks"]
+
 
 @dataclasses.dataclass(frozen=True)
 class LaunchHooks:

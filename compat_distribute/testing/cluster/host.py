@@ -5,7 +5,7 @@ The tasks of a `LocalCluster` run functions sent to them; these run the
 (`tf.config.experimental_connect_to_cluster`): the hosts of a fake TPU pod.
 Start-up, its timeout and stack dumps, teardown (each task asked to exit,
 then SIGTERM, then SIGKILL to its process group, its temp dir removed; tasks
-die with this process) are `LocalCluster`'s.
+die with this process) are the `launcher`'s, as for a `LocalCluster`.
 
 TensorFlow's servers listen on 0.0.0.0, so with network="private" they run in
 a private network namespace and this process reaches them through a relay
@@ -15,17 +15,22 @@ over. Nothing listens on any other address of the machine. network="host"
 runs the servers in this process's network, on all its interfaces.
 """
 
-import dataclasses
 import os
 import socket
 
+from compat_distribute.testing import deadlines
+from compat_distribute.testing.cluster import checks
+from compat_distribute.testing.cluster import launcher as launcher_lib
+from compat_distribute.testing.cluster import netns
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import relay
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import task as task_lib
+from compat_distribute.testing.cluster import tf_config
 from compat_distribute.testing.cluster.errors import ClusterError
 from compat_distribute.testing.cluster.errors import ClusterTaskError
-from compat_distribute.testing.cluster.lifecycle import LocalCluster
+
+__all__ = ["BOOT_JOB", "LocalServers", "RELAY"]
 
 _SERVER_MAIN = "compat_distribute.testing.cluster.server"
 # The job the servers boot as, as a Cloud TPU's servers do: clients name them
@@ -38,15 +43,18 @@ _RELAY_MAIN = "compat_distribute.testing.cluster.relay"
 _CLIENT_SOCKETS_PER_HOST = 2
 # The relay's name in reports and errors.
 RELAY = "relay"
+# The servers' job in the cluster spec.
+_JOB = "worker"
 
 
-class LocalServers(LocalCluster):
+class LocalServers:
     """`num_hosts` "worker" tasks, each a gRPC server with `devices_per_host` CPUs.
 
     `start()` returns once every server listens; `cluster_spec` then names
     their 127.0.0.1 addresses. `check()` raises for a host (or the relay)
     that died. `network`: "private", "host" or "auto", as for `local_cluster`,
     except that "private" reaches the servers through the relay.
+    `start_timeout` scales with `deadlines`.
     """
 
     def __init__(
@@ -59,21 +67,136 @@ class LocalServers(LocalCluster):
         network="auto",
         hooks=None,
     ):
-        super().__init__(
-            num_hosts,
-            devices_per_worker=devices_per_host,
-            timeout=start_timeout,
-            start_timeout=start_timeout,
-            env=env,
-            network=network,
-            hooks=hooks,
+        self._num_hosts = checks.num_workers(num_hosts)
+        self._devices_per_host = checks.devices_per_worker(devices_per_host)
+        deadlines.scale()  # A bad $COMPAT_DISTRIBUTE_TIMEOUT_SCALE fails here.
+        self._hooks = checks.hooks(hooks)
+        self._launcher = launcher_lib.Launcher(
+            network=netns.check(network),
+            start_timeout=checks.positive_seconds("start_timeout", start_timeout),
+            env=checks.env(env),
+            hooks=self._hooks,
+            who="local_cluster(network='auto') runs its tasks",
+            opt_out="Pass network='host'",
         )
-        self._listeners = []  # This process's, until the relay has them.
+        self._cluster_spec: dict[str, tuple[str, ...]] = {}
+
+    # -- Life cycle, as LocalCluster's -----------------------------------------
+
+    @property
+    def cluster_spec(self) -> dict[str, tuple[str, ...]]:
+        """{"worker": ("127.0.0.1:port", ...)} of the running servers."""
+        return dict(self._cluster_spec)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the running servers, in task order."""
+        return self._launcher.pids
+
+    @property
+    def running(self) -> bool:
+        return self._launcher.running
+
+    @property
+    def directory(self) -> str | None:
+        """The running servers' temporary directory (logs, each task's TMPDIR)."""
+        return self._launcher.directory
+
+    @property
+    def network(self) -> str:
+        """ "private" or "host", as `LocalCluster.network`."""
+        return self._launcher.network
 
     @property
     def relay_pid(self):
         """The running relay's process id; None on the host network or stopped."""
-        return self._helpers[0].pid if self._helpers else None
+        helpers = self._launcher.helpers
+        return helpers[0].pid if helpers else None
+
+    def start(self):
+        """Launches every server (and the relay) and waits until each listens."""
+        if not self.running:
+            self._launch()
+        return self
+
+    def stop(self):
+        """Asks every process to exit, kills their process groups, reaps them."""
+        self._launcher.stop(graceful=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc_info):
+        self.stop()
+
+    # -- Start-up ------------------------------------------------------------
+
+    def _task_spec(self, task_id):
+        name = tf_config.task_name(_JOB, task_id)
+        env = self._launcher.process_env(name)
+        env["TF_CONFIG"] = tf_config.for_task(self._cluster_spec, _JOB, task_id).to_json()
+        argv = ("--devices", str(self._devices_per_host), "--boot-job", BOOT_JOB)
+        return task_lib.TaskSpec(_JOB, task_id, _SERVER_MAIN, argv, env)
+
+    def _listen(self):
+        """Listening sockets on this process's 127.0.0.1, one per server: the
+        relay's, bound here so that no other program takes the ports (inside
+        the fresh namespace every port is free)."""
+        count = self._num_hosts
+        wanted = self._hooks.pick_ports(count) if self._hooks.pick_ports else [0] * count
+        listeners = []
+        try:
+            for port in wanted:
+                listener = socket.socket()
+                listeners.append(listener)
+                try:
+                    listener.bind(("127.0.0.1", port))
+                except OSError as e:
+                    raise ClusterError(
+                        f"local_cluster: the relay's listening socket for 127.0.0.1:{port} "
+                        f"could not bind: {e}. Pick a free port (or let the cluster pick)."
+                    ) from None
+                listener.listen(socket.SOMAXCONN)
+        except BaseException:
+            for listener in listeners:
+                listener.close()
+            raise
+        return listeners
+
+    def _relay_spec(self, listeners):
+        forwards = [
+            flag
+            for listener in listeners
+            for flag in ("--forward", relay.forward_flag(listener, listener.getsockname()[1]))
+        ]
+        return task_lib.TaskSpec(
+            RELAY,
+            0,
+            _RELAY_MAIN,
+            tuple(forwards),
+            self._launcher.process_env(RELAY),
+            pass_fds=tuple(listener.fileno() for listener in listeners),
+            label=RELAY,
+        )
+
+    def _launch(self):
+        with self._launcher.launching() as launcher:
+            listeners = self._listen() if launcher.private_network is not None else []
+            try:
+                if listeners:
+                    ports = [listener.getsockname()[1] for listener in listeners]
+                else:
+                    ports = launcher.pick_ports(self._num_hosts)
+                keys = tf_config.task_keys(self._num_hosts, False)
+                self._cluster_spec = tf_config.cluster_spec(keys, ports)
+                hosts = [self._task_spec(i) for i in range(self._num_hosts)]
+                launcher.spawn(hosts, [self._relay_spec(listeners)] if listeners else [])
+            finally:
+                for listener in listeners:  # The relay has its own copies.
+                    listener.close()
+            launcher.wait_ready()
+
+    # -- Clients and faults --------------------------------------------------
 
     def forward_to_client(self, port):
         """Lets the hosts reach this process's server at 127.0.0.1:`port` (the
@@ -81,12 +204,13 @@ class LocalServers(LocalCluster):
 
         On the host network they reach it directly, and this does nothing.
         """
-        if not self._helpers:
-            if self._private_network is None and self.running:
+        helpers = self._launcher.helpers
+        if not helpers:
+            if self._launcher.private_network is None and self.running:
                 return
             raise ClusterError("LocalServers is not running: call start() first.")
-        sockets = [socket.socket() for _ in range(_CLIENT_SOCKETS_PER_HOST * len(self._tasks))]
-        conn = self._helpers[0].conn
+        sockets = [socket.socket() for _ in range(_CLIENT_SOCKETS_PER_HOST * self._num_hosts)]
+        conn = helpers[0].conn
         try:
             conn.send(protocol.Forward(port, len(sockets)))
             with socket.socket(fileno=os.dup(conn.fileno())) as carrier:
@@ -98,62 +222,6 @@ class LocalServers(LocalCluster):
             for s in sockets:  # The relay has its own copies.
                 s.close()
 
-    def _task_spec(self, task_type, task_id):
-        spec = super()._task_spec(task_type, task_id)
-        argv = spec.argv + ("--boot-job", BOOT_JOB)
-        return dataclasses.replace(spec, main=_SERVER_MAIN, argv=argv)
-
-    def _pick_ports(self, count):
-        if self._private_network is None:
-            return super()._pick_ports(count)
-        # Bound here, so that no other program takes them: inside the fresh
-        # namespace every port is free.
-        wanted = self._hooks.pick_ports(count) if self._hooks.pick_ports else [0] * count
-        for port in wanted:
-            listener = socket.socket()
-            self._listeners.append(listener)
-            try:
-                listener.bind(("127.0.0.1", port))
-            except OSError as e:
-                raise ClusterError(
-                    f"local_cluster: the relay's listening socket for 127.0.0.1:{port} could "
-                    f"not bind: {e}. Pick a free port (or let the cluster pick)."
-                ) from None
-            listener.listen(socket.SOMAXCONN)
-        return [listener.getsockname()[1] for listener in self._listeners]
-
-    def _helper_specs(self):
-        if not self._listeners:
-            return []
-        forwards = [
-            flag
-            for listener in self._listeners
-            for flag in ("--forward", relay.forward_flag(listener, listener.getsockname()[1]))
-        ]
-        return [
-            task_lib.TaskSpec(
-                RELAY,
-                0,
-                _RELAY_MAIN,
-                tuple(forwards),
-                self._process_env(RELAY),
-                pass_fds=tuple(listener.fileno() for listener in self._listeners),
-                label=RELAY,
-            )
-        ]
-
-    def _release_launch_resources(self):
-        listeners, self._listeners = self._listeners, []
-        for listener in listeners:
-            listener.close()
-
-    def run(self, fn, /, *args, **kwargs):
-        raise TypeError(
-            "LocalServers' tasks serve TensorFlow clients and run no Python functions; "
-            "connect with tf.config.experimental_connect_to_cluster(...), or use "
-            "local_cluster(...).run(fn) to run a function in every task."
-        )
-
     def faults(self):
         """[(task id, what happened)] for each task that died or is stopped;
         the relay's task id is None.
@@ -163,7 +231,8 @@ class LocalServers(LocalCluster):
         no one can reach the hosts: they are killed too, and it alone is named.
         """
         found = []
-        for task in self._helpers + self._tasks:
+        helpers, hosts = self._launcher.helpers, self._launcher.tasks
+        for task in helpers + hosts:
             code = task.exitcode()
             if code is None and task.stopped():
                 task.kill()
@@ -172,8 +241,8 @@ class LocalServers(LocalCluster):
                 what = report.exit_reason(code)
             else:
                 continue
-            if task in self._helpers:
-                for host in self._tasks:
+            if task in helpers:
+                for host in hosts:
                     host.kill()
                 what += "; the hosts were killed, since nothing can reach them"
                 return [(None, f"{task.name}, pid {task.pid}, {what}")]
@@ -182,7 +251,7 @@ class LocalServers(LocalCluster):
 
     def check(self):
         """Raises `ClusterTaskError` naming the relay or the first host that died."""
-        for task in self._helpers + self._tasks:
+        for task in self._launcher.helpers + self._launcher.tasks:
             code = task.exitcode()
             if code is None:
                 continue

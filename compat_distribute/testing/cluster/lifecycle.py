@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import atexit
-import os
 import pickle
-import sys
 import time
-import weakref
 from multiprocessing import connection as mp_connection
 
 from compat_distribute import _validate
+from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import checks
+from compat_distribute.testing.cluster import launcher as launcher_lib
 from compat_distribute.testing.cluster import netns
 from compat_distribute.testing.cluster import ports
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import task as task_lib
 from compat_distribute.testing.cluster import tf_config
-from compat_distribute.testing.cluster import workdir as workdir_lib
 from compat_distribute.testing.cluster.errors import ClusterError
+
+__all__ = ["LocalCluster", "local_cluster"]
 
 # After one task fails, how long the others get to finish before they are
 # presumed blocked on the failed peer (collectives wait for every task).
@@ -29,20 +28,6 @@ _WORKER_MAIN = "compat_distribute.testing.cluster.worker"
 
 class _PortClash(Exception):
     """A task's gRPC server could not bind its port: restart with new ports."""
-
-
-_LIVE_CLUSTERS = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_live_clusters():
-    for c in list(_LIVE_CLUSTERS):
-        c.stop()
-
-
-def running_clusters():
-    """Every cluster of this process whose tasks run."""
-    return [c for c in list(_LIVE_CLUSTERS) if c.running]
 
 
 class LocalCluster:
@@ -76,16 +61,16 @@ class LocalCluster:
             if start_timeout is None
             else checks.positive_seconds("start_timeout", start_timeout)
         )
-        self._env = checks.env(env)
-        self._network = netns.check(network)
-        self._hooks = checks.hooks(hooks)
-        self._private_network: netns.PrivateNetwork | None = None
-        self._tasks: list[task_lib.Task] = []
-        # Processes launched with the tasks that are no task of the cluster
-        # spec (LocalServers' relay): started, watched and stopped with them.
-        self._helpers: list[task_lib.Task] = []
+        deadlines.scale()  # A bad $COMPAT_DISTRIBUTE_TIMEOUT_SCALE fails here.
+        self._launcher = launcher_lib.Launcher(
+            network=netns.check(network),
+            start_timeout=self._start_timeout,
+            env=checks.env(env),
+            hooks=checks.hooks(hooks),
+            who="local_cluster(network='auto') runs its tasks",
+            opt_out="Pass network='host'",
+        )
         self._cluster_spec: dict[str, tuple[str, ...]] = {}
-        self._workdir: workdir_lib.WorkDir | None = None
         self._failure = None  # Why the last tasks were torn down, if a fault.
         self._call_count = 0
 
@@ -104,16 +89,16 @@ class LocalCluster:
     @property
     def pids(self) -> list[int]:
         """Process ids of the running tasks, in task order."""
-        return [t.pid for t in self._tasks]
+        return self._launcher.pids
 
     @property
     def running(self) -> bool:
-        return bool(self._tasks)
+        return self._launcher.running
 
     @property
     def directory(self) -> str | None:
         """The running cluster's temporary directory (logs, each task's TMPDIR)."""
-        return None if self._workdir is None else self._workdir.path
+        return self._launcher.directory
 
     @property
     def network(self) -> str:
@@ -124,28 +109,27 @@ class LocalCluster:
         binds 0.0.0.0). Resolving network="auto" probes the platform once per
         process, and warns when it falls back to "host".
         """
-        self._network = netns.choose(self._network)
-        return self._network
+        return self._launcher.network
 
     def output(self, task_type, task_id) -> str:
         """Everything the task has written to stdout/stderr while it runs."""
-        for t in self._tasks:
+        for t in self._launcher.tasks:
             if (t.task_type, t.task_id) == (task_type, task_id):
                 return t.output()
         raise ValueError(
             f"no running task {task_type} {task_id}; tasks: "
-            f"{', '.join(self.task_names) if self._tasks else 'none (not running)'}."
+            f"{', '.join(self.task_names) if self.running else 'none (not running)'}."
         )
 
     def start(self):
         """Launches every task and waits until each has imported TensorFlow."""
-        if not self._tasks:
+        if not self.running:
             self._launch()
         return self
 
     def stop(self):
         """Asks every task to exit, kills their process groups, reaps them."""
-        self._teardown(graceful=True)
+        self._launcher.stop(graceful=True)
         self._failure = None
 
     def __enter__(self):
@@ -170,7 +154,7 @@ class LocalCluster:
         module, qualname = protocol.function_reference(fn)
         self._call_count += 1
         call = protocol.dumps_call(self._call_count, module, qualname, args, kwargs)
-        if not self._tasks:
+        if not self.running:
             if self._failure is not None:
                 raise ClusterError(
                     f"this local_cluster was torn down after a fault ({self._failure}); "
@@ -200,87 +184,44 @@ class LocalCluster:
     def _task_keys(self):
         return tf_config.task_keys(self._num_workers, self._has_chief)
 
-    def _process_env(self, name):
-        """The environment of the process `name`, a task or a helper."""
-        env = dict(os.environ)
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        # What a task writes to the temp dir goes with the cluster.
-        env["TMPDIR"] = self._workdir.task_temp_dir(name)
-        env.update(self._env)
-        # Workers import fn's module the way this process does.
-        path = [os.path.abspath(p or os.curdir) for p in sys.path]
-        if self._env.get("PYTHONPATH"):
-            path.insert(0, self._env["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(path)
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
-
     def _task_spec(self, task_type, task_id):
-        env = self._process_env(tf_config.task_name(task_type, task_id))
+        env = self._launcher.process_env(tf_config.task_name(task_type, task_id))
         env["TF_CONFIG"] = tf_config.for_task(self._cluster_spec, task_type, task_id).to_json()
         argv = ("--devices", str(self._devices_per_worker))
         return task_lib.TaskSpec(task_type, task_id, _WORKER_MAIN, argv, env)
 
-    def _pick_ports(self, count):
-        # Picked on the host even for a private network, where any port is
-        # free: still distinct within the cluster, and the same code path.
-        return (self._hooks.pick_ports or ports.pick_ports)(count)
-
-    def _helper_specs(self):
-        """TaskSpecs of the helper processes to launch with the tasks."""
-        return []
-
-    def _release_launch_resources(self):
-        """Closes what this process kept for the launch (once it is launched or failed)."""
-
     def _launch(self):
-        network = self.network
-        self._teardown(graceful=False)
-        workdir_lib.reap_abandoned()
-        keys = self._task_keys()
         self._failure = None
-        _LIVE_CLUSTERS.add(self)
-        try:
-            if network == "private":
-                self._private_network = netns.make()
-            self._cluster_spec = tf_config.cluster_spec(keys, self._pick_ports(len(keys)))
-            self._workdir = workdir_lib.WorkDir()
-            specs = [self._task_spec(*key) for key in keys] + self._helper_specs()
-            try:
-                launched = task_lib.launch_all(
-                    specs, workdir=self._workdir, network=self._private_network, hooks=self._hooks
-                )
-            finally:
-                self._release_launch_resources()
-            self._tasks, self._helpers = launched[: len(keys)], launched[len(keys) :]
-            task_lib.wait_ready(launched, self._start_timeout)
-        except BaseException:
-            self._teardown(graceful=False)
-            raise
+        with self._launcher.launching() as launcher:
+            keys = self._task_keys()
+            self._cluster_spec = tf_config.cluster_spec(keys, launcher.pick_ports(len(keys)))
+            launcher.spawn([self._task_spec(*key) for key in keys])
+            launcher.wait_ready()
 
     # -- Calls ---------------------------------------------------------------
 
     def _call(self, call_id, call, function):
         """Sends the pickled `call` to every task; their results in task order."""
-        starts = {t.name: t.output_size() for t in self._tasks}
+        tasks = self._launcher.tasks
+        starts = {t.name: t.output_size() for t in tasks}
         try:
-            for t in self._tasks:
+            for t in tasks:
                 t.conn.send_bytes(call)
             results, failures = self._collect(call_id)
-            if failures or len(results) < len(self._tasks):
+            if failures or len(results) < len(tasks):
                 self._fail(function, results, failures, starts)
-            return [results[t.name] for t in self._tasks]
+            return [results[t.name] for t in tasks]
         except BaseException:
             # KeyboardInterrupt, or an error on the way: leave nothing running.
-            self._teardown(graceful=False)
+            self._launcher.stop(graceful=False)
             raise
 
     def _collect(self, call_id):
         """Every task's answer: ({name: result}, [TaskRaised | TaskDied, ...])."""
         results, failures = {}, []
         first_failure_at = None
-        deadline = time.monotonic() + self._timeout
-        pending = list(self._tasks)
+        deadline = time.monotonic() + deadlines.scaled(self._timeout)
+        pending = list(self._launcher.tasks)
         while pending:
             remaining = deadline - time.monotonic()
             if failures:  # The others are probably blocked on the failed task.
@@ -302,7 +243,7 @@ class LocalCluster:
         try:
             data = task.conn.recv_bytes()
         except (EOFError, OSError):
-            return protocol.TaskDied(task.name, task.wait(task_lib.EXIT_GRACE_S))
+            return protocol.TaskDied(task.name, task.wait(launcher_lib.EXIT_GRACE_S))
         try:
             answer = pickle.loads(data)
         except Exception as e:  # pylint: disable=broad-except
@@ -320,21 +261,27 @@ class LocalCluster:
     def _fail(self, function, results, failures, starts):
         """Dumps stacks, tears the tasks down and raises the error for a call of
         `function` ("module:qualname")."""
-        tasks = list(self._tasks)
+        tasks = list(self._launcher.tasks)
         failed = {f.task for f in failures}
         pending = [t for t in tasks if t.name not in results and t.name not in failed]
         outputs = {t.name: t.output(starts[t.name]) for t in tasks}
-        stacks = task_lib.dump_stacks(self._tasks)
+        stacks = launcher_lib.dump_stacks(tasks)
         # Read before the teardown: a killed task is no longer stopped.
         stopped = {t.name for t in tasks if t.stopped()}
-        self._teardown(graceful=False)
+        self._launcher.stop(graceful=False)
         if failures:
             error = report.call_failure(
                 function, tasks, failures, pending, stacks, outputs, stopped
             )
         else:
             error = report.call_timeout(
-                function, self._timeout, tasks, pending, stacks, outputs, stopped
+                function,
+                deadlines.describe(self._timeout),
+                tasks,
+                pending,
+                stacks,
+                outputs,
+                stopped,
             )
         # The bind failure shows in TF's log, or (when TF_CPP_MIN_LOG_LEVEL hides
         # the log) only in the exception the task raised.
@@ -349,21 +296,6 @@ class LocalCluster:
         if failures and isinstance(failures[0], protocol.TaskRaised) and not stopped:
             raise error from failures[0].raised.unpickled_exception()
         raise error
-
-    # -- Teardown ------------------------------------------------------------
-
-    def _teardown(self, graceful):
-        tasks, self._tasks, self._helpers = self._tasks + self._helpers, [], []
-        task_lib.stop_all(tasks, graceful=graceful)
-        self._release_launch_resources()
-        if self._private_network is not None:
-            # Goes with its last task: all of them are reaped by now.
-            self._private_network.close()
-            self._private_network = None
-        if self._workdir is not None:
-            self._workdir.remove()
-            self._workdir = None
-        _LIVE_CLUSTERS.discard(self)
 
 
 def local_cluster(
@@ -385,6 +317,8 @@ def local_cluster(
         devices_per_worker: virtual CPU devices each task gets (1 to 256), set up
             before the function runs any op.
         timeout: seconds a `run` may take before it fails with every task's stack.
+            This and start_timeout are multiplied by $COMPAT_DISTRIBUTE_TIMEOUT_SCALE
+            (default 1; see `compat_distribute.testing.deadlines`).
         env: extra environment variables for the tasks (str -> str). TF_CONFIG is
             written by the cluster for each task and cannot be given here.
         start_timeout: seconds the tasks may take to start (import TensorFlow);

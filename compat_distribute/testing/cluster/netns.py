@@ -1,5 +1,7 @@
 """Private network namespaces: each cluster's servers reachable by its tasks alone.
 
+Internal: not part of the public API; the names below may change.
+
 The cluster spec names 127.0.0.1 only, but TensorFlow's gRPC server
 has no bind-address option: `GrpcServer::Init` in
 tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc calls
@@ -31,13 +33,16 @@ import threading
 import warnings
 
 from compat_distribute import _validate
+from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster.errors import ClusterError
+
+__all__ = ["NETWORKS", "PrivateNetwork", "check", "choose", "make", "probe", "support"]
 
 # How long the namespace's maker may take to exit once told to.
 _MAKER_EXIT_S = 2.0
 NETWORKS = ("private", "host", "auto")
-# How long making a namespace (or the probe for one) may take.
+# How long making a namespace (or the probe for one) may take (scaled).
 _NAMESPACE_TIMEOUT_S = 10.0
 # Runs as the first process of a new network namespace: brings its loopback up
 # (SIOCSIFFLAGS, so `ip` need not be installed), checks that 127.0.0.1 answers,
@@ -84,7 +89,7 @@ class PrivateNetwork:
         )
         said = b""
         try:
-            if select.select([maker.stdout], [], [], _NAMESPACE_TIMEOUT_S)[0]:
+            if select.select([maker.stdout], [], [], deadlines.scaled(_NAMESPACE_TIMEOUT_S))[0]:
                 said = maker.stdout.readline()
             if said == b"up\n":
                 for kind in kinds:
@@ -108,7 +113,8 @@ class PrivateNetwork:
             why = (
                 report.exit_reason(code)
                 if said or code != -signal.SIGKILL
-                else f"did not bring up its loopback within {_NAMESPACE_TIMEOUT_S:g} s"
+                else "did not bring up its loopback within "
+                + deadlines.describe(_NAMESPACE_TIMEOUT_S)
             )
             raise ClusterError(f"`{self.how}` {why}: {errors[-1] if errors else '(no output)'}")
 
@@ -152,7 +158,7 @@ def probe():
                 network.enter([sys.executable, "-I", "-S", "-c", ""]),
                 pass_fds=network.fds,
                 capture_output=True,
-                timeout=_NAMESPACE_TIMEOUT_S,
+                timeout=deadlines.scaled(_NAMESPACE_TIMEOUT_S),
             )
         except (subprocess.TimeoutExpired, OSError) as e:
             failures.append(f"nsenter into `{network.how}` failed: {e}")

@@ -5,6 +5,9 @@ import threading
 
 from compat_distribute.testing.cluster.errors import ClusterError
 
+# Public: PortPicker and pick_unused_port; the rest is internal.
+__all__ = ["PortPicker", "pick_unused_port"]
+
 # A port taken between picking and binding is retried this many times.
 PORT_CLASH_RETRIES = 3
 # Texts TF logs when its gRPC server cannot bind the port in TF_CONFIG.

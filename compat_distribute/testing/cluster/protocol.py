@@ -1,5 +1,7 @@
 """What the cluster and its tasks say to each other, as typed messages.
 
+Internal: not part of the public API; the names below may change.
+
 Messages travel pickled over one socket per task (a `multiprocessing`
 connection):
 
@@ -28,6 +30,24 @@ import sys
 import traceback
 
 from compat_distribute import _validate
+
+__all__ = [
+    "Alive",
+    "Call",
+    "Exit",
+    "Forward",
+    "Raised",
+    "Ready",
+    "Result",
+    "StartupFailed",
+    "TaskDied",
+    "TaskRaised",
+    "dumps",
+    "dumps_call",
+    "dumps_result",
+    "function_reference",
+    "lookup",
+]
 
 # -- task -> cluster --------------------------------------------------------
 

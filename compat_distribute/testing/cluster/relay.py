@@ -1,5 +1,7 @@
 """The main of the relay between a client and servers in a private network.
 
+Internal: not part of the public API; the names below may change.
+
 TensorFlow's servers listen on 0.0.0.0 (see `netns`), so `LocalServers` keeps
 them in a private network namespace, where that means its own loopback, and
 its client (the parent process, outside) reaches them through this relay: the
@@ -16,7 +18,7 @@ the relay listens on 127.0.0.1:P inside and connects each connection out
 through a socket the parent made in its own network and handed over (a socket
 connects in the network it was made in; the relay cannot make one there).
 
-`main` (started by `task.BOOTSTRAP`, `--forward FD:PORT` per server) accepts
+`main` (started by `bootstrap`, `--forward FD:PORT` per server) accepts
 on a thread per listening socket and moves each connection's bytes on a thread
 per direction (gRPC keeps few, long-lived connections); it says `Ready`, then
 serves until `Exit` or until the launcher's end of the connection closes.
@@ -30,6 +32,8 @@ import sys
 import threading
 
 from compat_distribute.testing.cluster import protocol
+
+__all__ = ["POOL_MAX", "forward_flag", "main"]
 
 # Sockets of the client's network the relay keeps per port, at most.
 POOL_MAX = 64

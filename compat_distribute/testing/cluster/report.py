@@ -1,5 +1,7 @@
 """The texts of a cluster's errors: which task, what happened, its output and stacks.
 
+Internal: not part of the public API; the names below may change.
+
 A task here is anything with `.name`, `.task_type`, `.task_id`, `.alive` and
 `.exitcode()` (see `task.Task`); `stopped` holds the names of the tasks that
 were stopped (SIGSTOP, a debugger) when the call failed.
@@ -10,6 +12,21 @@ import signal
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster.errors import ClusterTaskError
 from compat_distribute.testing.cluster.errors import ClusterTimeoutError
+
+__all__ = [
+    "SIGTERM_EXIT_CODE",
+    "TAIL_LINES",
+    "call_failure",
+    "call_timeout",
+    "exit_reason",
+    "format_outputs",
+    "format_stacks",
+    "indent",
+    "start_died",
+    "start_failed",
+    "start_timeout",
+    "tail",
+]
 
 # Lines of a task's output quoted in errors.
 TAIL_LINES = 40
@@ -85,11 +102,12 @@ def _stopped_clause(stopped):
     return f"{names} {verb} stopped (SIGSTOP, SIGTSTP or a debugger) and cannot answer; "
 
 
-def call_timeout(call, timeout, tasks, pending, stacks, outputs, stopped):
+def call_timeout(call, limit, tasks, pending, stacks, outputs, stopped):
+    """`limit`: the deadline as `deadlines.describe` words it ("6 s")."""
     stopped_tasks, pending = _stopped_first(pending, stopped)
     names = ", ".join(t.name for t in pending)
     return ClusterTimeoutError(
-        f"local_cluster: run({call}) did not finish within {timeout:g} s (timeout); "
+        f"local_cluster: run({call}) did not finish within {limit} (timeout); "
         f"{_stopped_clause(stopped_tasks)}still running: {names}. The cluster was torn down."
         f"{format_outputs(outputs, pending)}"
         f"{format_stacks(stacks, tasks, stopped)}",
@@ -141,11 +159,12 @@ def call_failure(call, tasks, failures, pending, stacks, outputs, stopped):
     )
 
 
-def start_timeout(timeout, tasks, waiting, stacks, stopped):
+def start_timeout(limit, tasks, waiting, stacks, stopped):
+    """`limit`: the deadline as `deadlines.describe` words it ("120 s")."""
     stopped_tasks, waiting = _stopped_first(waiting, stopped)
     names = ", ".join(t.name for t in waiting)
     return ClusterTimeoutError(
-        f"local_cluster: {names} did not start within {timeout:g} s (start_timeout); "
+        f"local_cluster: {names} did not start within {limit} (start_timeout); "
         f"{_stopped_clause(stopped_tasks)}the other tasks would wait for them forever, so "
         f"the cluster was torn down.{format_stacks(stacks, tasks, stopped, start=True)}",
         pending=[t.name for t in waiting],

@@ -1,6 +1,8 @@
 """The main of a task that hosts a `tf.distribute.Server` (runs inside the task).
 
-Started by `task.BOOTSTRAP` (TF_CONFIG set, `--devices D`), which armed the
+Internal: not part of the public API; the names below may change.
+
+Started by `bootstrap` (TF_CONFIG set, `--devices D`), which armed the
 stack dump and said `Alive`. `main` starts a gRPC server for its task of the
 TF_CONFIG cluster with D CPU devices (a server takes its devices from its
 config; the process's logical device configuration does not reach it), says
@@ -16,6 +18,8 @@ import traceback
 
 from compat_distribute._tf_config import parse_tf_config
 from compat_distribute.testing.cluster import protocol
+
+__all__ = ["main"]
 
 
 def _start_server(tf_config, devices, boot_job):

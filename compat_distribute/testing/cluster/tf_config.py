@@ -1,10 +1,14 @@
 """The cluster's shape and the `TF_CONFIG` each task is given.
 
+Internal: not part of the public API; the names below may change.
+
 Parsing and validating `TF_CONFIG` is the core's (`compat_distribute._tf_config`);
 this module builds it for the tasks of a local cluster.
 """
 
 from compat_distribute._tf_config import TFConfig
+
+__all__ = ["cluster_spec", "for_task", "task_keys", "task_name"]
 
 
 def task_keys(num_workers, has_chief):

@@ -1,5 +1,7 @@
 """Each cluster's temporary directory, and reaping what a killed run left.
 
+Internal: not part of the public API; the names below may change.
+
 A cluster keeps its tasks' logs and their temporary directories (each task's
 TMPDIR, so what a task writes there, such as a non-chief worker's checkpoint,
 goes when the cluster goes, also when the task is killed) in one directory,
@@ -21,6 +23,8 @@ import re
 import shutil
 import signal
 import tempfile
+
+__all__ = ["PREFIX", "TASKS_FILE", "WorkDir", "reap_abandoned", "start_time"]
 
 PREFIX = "local_cluster-"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)\.(\d+)-")

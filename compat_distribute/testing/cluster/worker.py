@@ -1,6 +1,8 @@
 """The main of a task that serves `LocalCluster.run` (runs inside the task).
 
-Started by `task.BOOTSTRAP` (TF_CONFIG set, `--devices D`), which armed the
+Internal: not part of the public API; the names below may change.
+
+Started by `bootstrap` (TF_CONFIG set, `--devices D`), which armed the
 stack dump and said `Alive`. `main` enters the task (`context.enter`), makes D
 virtual CPU devices, says `Ready`, then answers each `protocol.Call` with a
 `Result` or `Raised` until `Exit` or until the cluster's end of the connection
@@ -19,12 +21,16 @@ from compat_distribute.testing import devices
 from compat_distribute.testing.cluster import context
 from compat_distribute.testing.cluster import protocol
 
+__all__ = ["main"]
+
 
 def _answer(call):
     """The pickled `Result` of `call`, or of the `Raised` that it raised."""
     try:
         args, kwargs = pickle.loads(call.payload)
-        fn = protocol.lookup(importlib.import_module(call.module), call.qualname)
+        with context.importing(call.function):
+            module = importlib.import_module(call.module)
+        fn = protocol.lookup(module, call.qualname)
         return protocol.dumps_result(call, fn(*args, **kwargs))
     except BaseException as e:  # pylint: disable=broad-except
         return protocol.dumps(protocol.Raised.from_exception(call.call_id, e))

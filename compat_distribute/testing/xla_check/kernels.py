@@ -1,5 +1,7 @@
 """XLA's kernel table: which ops, with which dtypes, XLA can compile.
 
+Internal: not part of the public API; the names below may change.
+
 XLA registers its kernels as device type "XLA_CPU_JIT" the first time anything
 is compiled, so one trivial jit compile fills the table, read once. An op is
 compilable when one of its kernels accepts the op's type attrs (the kernel's
@@ -14,6 +16,8 @@ import threading
 import tensorflow as tf
 
 from compat_distribute.testing import _tf
+
+__all__ = ["XLA_DEVICE", "accepts", "has_kernel", "table"]
 
 XLA_DEVICE = "XLA_CPU_JIT"
 

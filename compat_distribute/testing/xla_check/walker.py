@@ -1,5 +1,7 @@
 """The walk: every op of a graph and of every function it calls, tested against the rules.
 
+Internal: not part of the public API; the names below may change.
+
 Functions are found through the function-valued attrs of each op (`cond` /
 `while` branches and bodies, nested `tf.function`s) and looked up in the
 graph's function library. XLA's compiler stops at the first unsupported op;
@@ -18,6 +20,8 @@ from compat_distribute.testing import _tf
 from compat_distribute.testing.xla_check import kernels, rules
 from compat_distribute.testing.xla_check.report import TPUProblem
 from compat_distribute.testing.xla_check.source import user_frame
+
+__all__ = ["Node", "Walker", "match", "node_of", "rule_for"]
 
 # MirroredStrategy names each replica's copy of an op "replica_<i>/<name>".
 _REPLICA_PREFIX = re.compile(r"^replica_\d+/")

@@ -16,6 +16,7 @@ from cluster_checks import descendants
 from cluster_checks import listening
 from cluster_checks import network_namespace_users
 
+from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import ClusterError
 from compat_distribute.testing.cluster import local_cluster
 from compat_distribute.testing.cluster import netns
@@ -54,7 +55,7 @@ def test_private_network_keeps_a_listener_on_all_interfaces_inside(user):
             pass_fds=network.fds,
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=deadlines.scaled(30),
         )
         assert inside.returncode == 0, inside.stderr
     finally:
@@ -181,7 +182,7 @@ def test_servers_in_a_private_network_are_reached_through_the_relay_only(user, m
                 inside + ["--", sys.executable, "-I", "-S", "-c", _ECHO_CLIENT, str(port)],
                 capture_output=True,
                 text=True,
-                timeout=60,
+                timeout=deadlines.scaled(60),
             )
             echo.join(10)
         assert client.stdout == f"True {256 * 8192}\n", client.stderr

@@ -11,42 +11,21 @@ pipelines' outputs, `num_hosts` / `num_replicas_per_host` from the assignment.
 
 import ast
 import importlib.util
-import json
 import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 
+import pod_helpers
 import pytest
 
 from compat_distribute.testing._fake_tpu import topologies
-
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(TESTS_DIR)
-PROGRAM_TIMEOUT_S = 300
-
-
-def _env():
-    return dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([ROOT, TESTS_DIR] + sys.path),
-        TF_CPP_MIN_LOG_LEVEL="2",
-    )
 
 
 @pytest.fixture(name="pod", scope="module")
 def pod_fixture():
     """The program's RESULT: one v3-32 start for every assignment below."""
-    result = subprocess.run(
-        [sys.executable, os.path.join(TESTS_DIR, "pod_assignment_programs.py"), "pod_assignments"],
-        capture_output=True,
-        text=True,
-        timeout=PROGRAM_TIMEOUT_S,
-        env=_env(),
-    )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    assert result.returncode == 0 and lines, result.stderr[-5000:]
-    return json.loads(lines[-1][len("RESULT ") :])
+    return pod_helpers.run_program("pod_assignment_programs.py", "pod_assignments")
 
 
 def core(task, index):
@@ -266,13 +245,13 @@ def conformance_on_a_pod_fixture(tmp_path_factory):
         [
             sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
             "--fake-tpu-topology", "v4-16", f"--junitxml={report}",
-            os.path.join(TESTS_DIR, "conformance"),
+            os.path.join(pod_helpers.TESTS, "conformance"),
         ],
         capture_output=True,
         text=True,
-        timeout=PROGRAM_TIMEOUT_S,
-        cwd=ROOT,
-        env=_env(),
+        timeout=pod_helpers.program_timeout(),
+        cwd=pod_helpers.ROOT,
+        env=pod_helpers.env(),
     )
     cases = ElementTree.parse(report).getroot().iter("testcase")
     outcomes = {
@@ -284,7 +263,7 @@ def conformance_on_a_pod_fixture(tmp_path_factory):
 
 def _conformance_behaviours():
     """The behaviours' test names, as the README's table reads them."""
-    path = os.path.join(TESTS_DIR, "conformance", "conformance_table.py")
+    path = os.path.join(pod_helpers.TESTS, "conformance", "conformance_table.py")
     spec = importlib.util.spec_from_file_location("conformance_table", path)
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)

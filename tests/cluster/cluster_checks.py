@@ -1,11 +1,12 @@
-"""Process-table, temp-dir and network checks shared by the test_cluster_* modules."""
+"""Process-table, temp-dir and network checks of the cluster tests and the pod tests
+(tests/pods/conftest.py puts this folder on their sys.path)."""
 
 import os
 import tempfile
 
 import pytest
 
-from compat_distribute.testing.cluster import lifecycle
+from compat_distribute.testing.cluster import launcher
 from compat_distribute.testing.cluster import netns
 
 HOST_NETWORK = os.readlink("/proc/self/ns/net")
@@ -77,7 +78,7 @@ def assert_no_leaks(pids, network_namespace=None):
     fixtures); nothing holds the cluster's private network namespace any more."""
     assert pids, "no pids recorded"
     assert [p for p in pids if os.path.exists(f"/proc/{p}")] == []
-    live = lifecycle.running_clusters()
+    live = launcher.running_launchers()
     assert descendants() - {p for c in live for p in c.pids} == set()
     assert set(cluster_dirs()) - {c.directory for c in live} == set()
     if network_namespace not in (None, HOST_NETWORK):

@@ -10,6 +10,8 @@ import time
 import pytest
 from cluster_checks import running
 
+from compat_distribute.testing import deadlines
+from compat_distribute.testing.cluster import launcher
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import task as task_lib
@@ -37,7 +39,7 @@ def test_a_task_runs_a_long_lived_main_until_told_to_exit(temp_dir):
         ),
     )
     launched = []
-    (server,) = task_lib.launch_all(
+    (server,) = launcher.spawn_all(
         [spec],
         workdir=directory,
         network=None,
@@ -45,11 +47,11 @@ def test_a_task_runs_a_long_lived_main_until_told_to_exit(temp_dir):
     )
     try:
         assert launched == [("server 0", server.pid)]
-        assert server.conn.poll(60) and server.conn.recv() == protocol.Alive(server.pid)
+        assert server.conn.poll(deadlines.scaled(60)) and server.conn.recv() == protocol.Alive(server.pid)
         # Alive and Ready are typed messages: the main was found by name.
-        assert server.conn.poll(60) and server.conn.recv() == protocol.Ready(server.pid)
+        assert server.conn.poll(deadlines.scaled(60)) and server.conn.recv() == protocol.Ready(server.pid)
         server.ask_to_exit()
-        assert server.wait(10) == 7
+        assert server.wait(deadlines.scaled(10)) == 7
         assert server.output().splitlines()[-2:] == ["serving --port 1234 marked", "exiting"]
     finally:
         server.kill()
@@ -83,8 +85,8 @@ def _started(hooks):
             PYTHONPATH=os.pathsep.join(os.path.abspath(p or os.curdir) for p in sys.path),
         ),
     )
-    (task,) = task_lib.launch_all([spec], workdir=directory, network=None, hooks=hooks)
-    task_lib.wait_ready([task], 60)
+    (task,) = launcher.spawn_all([spec], workdir=directory, network=None, hooks=hooks)
+    launcher.wait_ready([task], 60)
     return directory, task
 
 
@@ -97,7 +99,7 @@ def test_a_task_that_ignores_exit_ends_on_sigterm(temp_dir, graceful, flags):
     directory, task = _started(_deaf_task(*flags))
     start = time.monotonic()
     try:
-        task_lib.stop_all([task], graceful=graceful)
+        launcher.stop_all([task], graceful=graceful)
         elapsed = time.monotonic() - start
         assert task.exitcode() == report.SIGTERM_EXIT_CODE == 143
         assert report.exit_reason(task.exitcode()) == "ended on SIGTERM (exit code 143)"
@@ -108,7 +110,7 @@ def test_a_task_that_ignores_exit_ends_on_sigterm(temp_dir, graceful, flags):
     finally:
         directory.remove()
     # Asked to exit first (only when stopping), then ended at once on SIGTERM.
-    grace = task_lib.EXIT_GRACE_S if graceful else 0.0
+    grace = launcher.EXIT_GRACE_S if graceful else 0.0
     assert grace <= elapsed < grace + 1.0, elapsed
     assert not running(task.pid)
     assert os.listdir(temp_dir) == []
@@ -118,13 +120,13 @@ def test_a_task_that_ignores_sigterm_too_is_killed_after_the_grace_periods(temp_
     directory, task = _started(_deaf_task("--ignore-sigterm"))
     start = time.monotonic()
     try:
-        task_lib.stop_all([task], graceful=True)
+        launcher.stop_all([task], graceful=True)
         elapsed = time.monotonic() - start
         assert task.exitcode() == -signal.SIGKILL
         assert task.output().splitlines()[-1] == "ready, deaf to Exit"
     finally:
         directory.remove()
-    grace = task_lib.EXIT_GRACE_S + task_lib.TERM_GRACE_S
+    grace = launcher.EXIT_GRACE_S + launcher.TERM_GRACE_S
     assert grace <= elapsed < grace + 1.0, elapsed
     assert not running(task.pid)
     assert os.listdir(temp_dir) == []
@@ -134,7 +136,7 @@ def test_a_task_that_exits_when_asked_gets_no_signal(temp_dir):
     directory, task = _started(LaunchHooks())
     start = time.monotonic()
     try:
-        task_lib.stop_all([task], graceful=True)
+        launcher.stop_all([task], graceful=True)
         elapsed = time.monotonic() - start
         # It answered Exit (closed its end), and its process group was killed
         # while it returned 7: no SIGTERM, no waiting for the grace periods.
@@ -143,3 +145,11 @@ def test_a_task_that_exits_when_asked_gets_no_signal(temp_dir):
     finally:
         directory.remove()
     assert elapsed < 1.0, elapsed
+
+
+def test_the_watchdog_frames_left_out_of_stack_dumps_are_the_bootstraps():
+    from compat_distribute.testing.cluster import bootstrap
+
+    assert task_lib.WATCHDOG_FRAMES == ("_exit_when_orphaned", "_end_on_sigterm")
+    assert callable(bootstrap._exit_when_orphaned)
+    assert callable(bootstrap._SigtermEnds._end_on_sigterm)

@@ -1,0 +1,113 @@
+"""The first code of every task process (internal): `python -m` this module.
+
+    python -m compat_distribute.testing.cluster.bootstrap FD PARENT_PID DEATH_SIGNAL MAIN [ARG ...]
+
+FD: the task's end of its socket to the launcher; DEATH_SIGNAL: "1" to set the
+parent-death signal (Linux); MAIN: "module" or "module:function", whose
+`main(argv, conn) -> exit status` runs next with the remaining arguments.
+
+Before anything else it arms the SIGUSR1 stack dump, ties the process's life to
+its parent's, and makes SIGTERM end the task at once; then it says
+`protocol.Alive` and runs MAIN, and ends the process once MAIN returns (atexit
+handlers run; interpreter teardown, which TensorFlow can stall for seconds, is
+skipped: a task whose launcher died ends at once). Nothing before `Alive`
+imports TensorFlow (the packages above this module import none), so a task
+stuck importing it can still dump its stack. `task.Task` builds this command
+line; nothing imports this module (runpy would then run a second copy).
+"""
+
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+
+__all__ = ["ORPHAN_EXIT_CODE", "main"]
+
+# What a task whose parent is gone exits with.
+ORPHAN_EXIT_CODE = 70
+# How often a task looks whether its parent is gone.
+_ORPHAN_POLL_S = 0.5
+
+
+def _set_parent_death_signal():
+    import ctypes  # pylint: disable=g-import-not-at-top
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+# The names of this thread's function and of `_SigtermEnds._end_on_sigterm`
+# are `task.WATCHDOG_FRAMES`, left out of stack dumps.
+def _exit_when_orphaned(parent):
+    while os.getppid() == parent:
+        time.sleep(_ORPHAN_POLL_S)
+    os._exit(ORPHAN_EXIT_CODE)
+
+
+class _SigtermEnds:
+    """SIGTERM ends the task at once: its output flushed, a line saying so in
+    its log, no destructors (which may block on peers). A thread acts when the
+    main thread is blocked inside TensorFlow and cannot run Python handlers."""
+
+    def __init__(self, exit_code):
+        self._exit_code = exit_code
+        self._ending = threading.Lock()
+
+    def arm(self):
+        wakeup, woken = os.pipe()
+        os.set_blocking(woken, False)
+        signal.set_wakeup_fd(woken, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        threading.Thread(target=self._end_on_sigterm, args=(wakeup,), daemon=True).start()
+
+    def _end(self):
+        if not self._ending.acquire(blocking=False):
+            return  # The handler or the thread is ending the task already.
+        sys.stdout.flush()
+        sys.stderr.write(f"pid {os.getpid()} got SIGTERM: it ends now.\n")
+        sys.stderr.flush()
+        os._exit(self._exit_code)
+
+    def _on_sigterm(self, signum, frame):
+        del signum, frame
+        self._end()
+
+    def _end_on_sigterm(self, wakeup):
+        while signal.SIGTERM not in os.read(wakeup, 64):
+            pass
+        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            self._end()  # Else the main installed a handler of its own: its business.
+
+
+def main(argv):
+    """Runs the task described by `argv` (see the module); returns its exit status."""
+    faulthandler.enable()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    fd, parent, death_signal, main_name = argv[:4]
+    if death_signal == "1":
+        _set_parent_death_signal()
+    if os.getppid() != int(parent):
+        os._exit(ORPHAN_EXIT_CODE)  # The parent died before the signal was set.
+    threading.Thread(target=_exit_when_orphaned, args=(int(parent),), daemon=True).start()
+
+    # Imported here: the lines above must run first, whatever these import.
+    import importlib  # pylint: disable=g-import-not-at-top
+    from multiprocessing import connection  # pylint: disable=g-import-not-at-top
+
+    from compat_distribute import _exit  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing.cluster import protocol  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing.cluster import report  # pylint: disable=g-import-not-at-top
+
+    _SigtermEnds(report.SIGTERM_EXIT_CODE).arm()
+    os.set_inheritable(int(fd), False)
+    conn = connection.Connection(int(fd))
+    conn.send(protocol.Alive(os.getpid()))
+    module, _, function = main_name.partition(":")
+    status = getattr(importlib.import_module(module), function or "main")(argv[4:], conn)
+    _exit.end_process(0 if status is None else status if isinstance(status, int) else 1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,50 @@
+"""What the pod test modules share: a pod program's client process and its environment."""
+
+import json
+import os
+import subprocess
+import sys
+
+from compat_distribute.testing import deadlines
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+ROOT = os.path.dirname(TESTS)
+# The cluster tests' folder: its `cluster_checks` serves both (see conftest.py).
+CLUSTER_TESTS = os.path.join(TESTS, "cluster")
+# What one pod program may take (4 host processes import TensorFlow); scaled.
+PROGRAM_TIMEOUT_S = 300
+
+
+def program_timeout():
+    return deadlines.scaled(PROGRAM_TIMEOUT_S)
+
+
+def env(extra=None):
+    """The environment of a pod program: this package, this folder and the
+    cluster tests' helpers importable, TensorFlow's C++ logs quiet."""
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([ROOT, HERE, CLUSTER_TESTS] + sys.path),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        **(extra or {}),
+    )
+
+
+def program_command(file, name, *args):
+    return [sys.executable, os.path.join(HERE, file), name, *args]
+
+
+def run_program(file, name, *args, extra_env=None):
+    """Runs program `name` of `file` (pod_programs.py, ...) in a fresh client
+    process; returns the JSON of its last RESULT line."""
+    result = subprocess.run(
+        program_command(file, name, *args),
+        capture_output=True,
+        text=True,
+        timeout=program_timeout(),
+        env=env(extra_env),
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, result.stderr[-5000:]
+    return json.loads(lines[-1][len("RESULT ") :])
