@@ -7,6 +7,7 @@ spmd_xla_partitioning)` builds its own strategy (the fake TPU in
 resolver gets a real `tf.distribute.TPUStrategy`.
 """
 
+from compat_distribute import _input
 from compat_distribute import _members
 from compat_distribute import _steps
 from compat_distribute import _tf
@@ -14,8 +15,9 @@ from compat_distribute import _tpu_discovery
 from compat_distribute import _validate
 
 
-class _TPUExtended(_tf.TPUExtended):
-    """TF2's TPUExtended with the V1 extended members of the member table."""
+class _TPUExtended(_input.QuietInputMixin, _tf.TPUExtended):
+    """TF2's TPUExtended with the V1 extended members of the member table, and
+    distributed input with no autotuning thread to join (see `_input`)."""
 
 
 _members.serve(_TPUExtended, _members.TPU, _members.EXTENDED)
