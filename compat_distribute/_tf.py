@@ -41,6 +41,8 @@ INTERNALS = {
     "regroup": f"{_DISTRIBUTE}.distribute_utils:regroup",
     # Keras: the all-reduce whose instance key is a call-time capture.
     "CollectiveAllReduce": f"{_DISTRIBUTE}.cross_device_ops:CollectiveAllReduce",
+    # Distributed input: where MultiDeviceIterator builds its per-device pipelines.
+    "multi_device_iterator_ops": "tensorflow.python.data.ops.multi_device_iterator_ops",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -57,6 +59,8 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_experimental_run_steps_on_iterator"),
     # Keras: which cross-device op all-reduces a strategy's float values.
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_get_cross_device_ops"),
+    # Distributed input: the builder of each device's prefetching pipeline.
+    ("tensorflow.python.data.ops.multi_device_iterator_ops", "_create_device_dataset"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)
@@ -117,3 +121,12 @@ def all_reduces_with_collectives(extended):
     # A stand-in value: asking with a tensor would add an op to a TF1 graph.
     ops = extended._get_cross_device_ops(types.SimpleNamespace(dtype=tf.float32))
     return isinstance(ops, __getattr__("CollectiveAllReduce"))
+
+
+def device_dataset_factory():
+    """The function MultiDeviceIterator calls to build each device's pipeline."""
+    return __getattr__("multi_device_iterator_ops")._create_device_dataset
+
+
+def set_device_dataset_factory(create):
+    __getattr__("multi_device_iterator_ops")._create_device_dataset = create

@@ -1,6 +1,7 @@
 """`MultiWorkerMirroredStrategy` with TF1's signature, over TF2's strategy."""
 
 from compat_distribute import _cluster_wait
+from compat_distribute import _input
 from compat_distribute import _members
 from compat_distribute import _steps
 from compat_distribute import _tf
@@ -12,8 +13,9 @@ from compat_distribute import tpu
 CollectiveCommunication = _tf.CollectiveCommunication
 
 
-class _CollectiveExtended(_tf.CollectiveAllReduceExtended):
-    """TF2's CollectiveAllReduceExtended with the V1 extended members."""
+class _CollectiveExtended(_input.QuietInputMixin, _tf.CollectiveAllReduceExtended):
+    """TF2's CollectiveAllReduceExtended with the V1 extended members, and
+    distributed input with no autotuning thread to join (see `_input`)."""
 
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
         # Fixes TF's documented all_reduce example (ReplicaContext.all_reduce of

@@ -9,6 +9,7 @@ it loads the named one on first use.
 
 import typing
 
+from compat_distribute import _input
 from compat_distribute import _lazy
 from compat_distribute import _members
 from compat_distribute import _steps
@@ -18,8 +19,9 @@ from compat_distribute import _validate
 from compat_distribute import keras
 
 
-class _TPUExtended(_tf.TPUExtended):
-    """TF2's TPUExtended with the V1 extended members of the member table."""
+class _TPUExtended(_input.QuietInputMixin, _tf.TPUExtended):
+    """TF2's TPUExtended with the V1 extended members of the member table, and
+    distributed input with no autotuning thread to join (see `_input`)."""
 
 
 _members.serve(_TPUExtended, _members.TPU, _members.EXTENDED)

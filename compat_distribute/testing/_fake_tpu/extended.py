@@ -7,6 +7,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from compat_distribute import _input
 from compat_distribute import _members
 from compat_distribute import _validate
 from compat_distribute.testing import _tf
@@ -61,8 +62,9 @@ def input_workers(replica_devices):
     return list(by_host.items())
 
 
-class FakeTPUExtended(_tf.MirroredExtended):
-    """MirroredExtended over the first logical core of each replica, with TPU rules."""
+class FakeTPUExtended(_input.QuietInputMixin, _tf.MirroredExtended):
+    """MirroredExtended over the first logical core of each replica, with TPU rules;
+    distributed input with no autotuning thread to join (see `_input`)."""
 
     def __init__(self, container_strategy, resolver, device_assignment, spmd, steps_per_run):
         self._tpu_devices = tpu_devices(resolver, device_assignment)
