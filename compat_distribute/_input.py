@@ -22,6 +22,7 @@ keeps its own buffer tuning.
 import functools
 import warnings
 
+from compat_distribute import _patching
 from compat_distribute import _tf
 
 
@@ -55,19 +56,25 @@ def _quiet_device_dataset(create):
     def create_device_dataset(*args, **kwargs):
         return create(*args, **kwargs).with_options(_autotune_off())
 
-    create_device_dataset.compat_distribute_quiet = True
     return create_device_dataset
+
+
+_QUIET_PIPELINES = []  # the one started patch, kept for the process
 
 
 def quiet_device_pipelines():
     """Builds every `MultiDeviceIterator`'s per-device pipelines without autotuning.
 
     Process-wide and kept: those pipelines have no tunable parameter, so this
-    takes away only the thread. Idempotent.
+    takes away only the thread. Idempotent; patched through `_patching`.
     """
-    create = _tf.device_dataset_factory()
-    if not getattr(create, "compat_distribute_quiet", False):
-        _tf.set_device_dataset_factory(_quiet_device_dataset(create))
+    if _QUIET_PIPELINES:
+        return
+    module = _tf.multi_device_iterator_ops
+    create = _patching.original(module, "_create_device_dataset")
+    _QUIET_PIPELINES.append(
+        _patching.Patch([(module, "_create_device_dataset", _quiet_device_dataset(create))]).start()
+    )
 
 
 def _dataset_fn_without_autotune(dataset_fn):

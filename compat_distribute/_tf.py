@@ -122,11 +122,3 @@ def all_reduces_with_collectives(extended):
     ops = extended._get_cross_device_ops(types.SimpleNamespace(dtype=tf.float32))
     return isinstance(ops, __getattr__("CollectiveAllReduce"))
 
-
-def device_dataset_factory():
-    """The function MultiDeviceIterator calls to build each device's pipeline."""
-    return __getattr__("multi_device_iterator_ops")._create_device_dataset
-
-
-def set_device_dataset_factory(create):
-    __getattr__("multi_device_iterator_ops")._create_device_dataset = create

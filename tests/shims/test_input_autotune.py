@@ -45,13 +45,16 @@ def test_what_is_not_a_dataset_comes_back_for_tensorflow_to_refuse():
     assert _input.without_autotune(not_a_dataset) is not_a_dataset
 
 
-def test_device_pipelines_are_wrapped_once():
+def test_device_pipelines_are_wrapped_once_through_the_patch_registry():
+    from compat_distribute import _patching
+
+    module = _tf.multi_device_iterator_ops
     _input.quiet_device_pipelines()
-    wrapped = _tf.device_dataset_factory()
+    wrapped = module._create_device_dataset
     _input.quiet_device_pipelines()
-    assert _tf.device_dataset_factory() is wrapped
-    assert wrapped.compat_distribute_quiet is True
-    assert not getattr(wrapped.__wrapped__, "compat_distribute_quiet", False)
+    assert module._create_device_dataset is wrapped
+    assert _patching.values(module, "_create_device_dataset") == (wrapped,)
+    assert wrapped.__wrapped__ is _patching.original(module, "_create_device_dataset")
 
 
 @pytest.mark.parametrize(
@@ -66,22 +69,15 @@ def test_every_strategy_distributes_through_the_mixin(extended):
 
 
 def _spy_on_distributed_datasets(monkeypatch):
-    """The datasets that reach MirroredExtended's input methods."""
+    """The datasets the strategy passes on to TensorFlow's input code."""
     seen = []
-    base = _tf.MirroredExtended
+    quiet = _input.without_autotune
 
-    def spy(name, index):
-        original = getattr(base, name)
+    def spy(dataset):
+        seen.append(quiet(dataset))
+        return seen[-1]
 
-        def method(self, *args, **kwargs):
-            seen.append(args[index])
-            return original(self, *args, **kwargs)
-
-        monkeypatch.setattr(base, name, method)
-
-    spy("_experimental_distribute_dataset", 0)
-    spy("_make_dataset_iterator", 0)
-    spy("_distribute_datasets_from_function", 0)
+    monkeypatch.setattr(_input, "without_autotune", spy)
     return seen
 
 
@@ -106,6 +102,5 @@ def test_fake_tpu_dataset_functions_return_datasets_without_autotuning(v3_8, mon
     distributed = v3_8.distribute_datasets_from_function(dataset_fn)
     values = v3_8.experimental_local_results(next(iter(distributed)))
     assert [v.numpy().tolist() for v in values] == [[r] for r in range(8)]
-    (given_fn,) = seen
-    assert _autotune(given_fn(tf.distribute.InputContext())) is False
+    assert seen and all(_autotune(d) is False for d in seen), seen
     assert [_autotune(d) for d in made] == [None, None]  # the program's own datasets, untouched

@@ -62,7 +62,15 @@ def input_workers(replica_devices):
     return list(by_host.items())
 
 
-class FakeTPUExtended(_input.QuietInputMixin, _tf.MirroredExtended):
+class _TPUInput(_tf.MirroredExtended):
+    """Input: TPUExtended's own code (its refusals of per-replica input, its spec
+    checks, and `_enable_data_reorder`), over MirroredExtended's pipelines."""
+
+    _experimental_distribute_dataset = _tf.TPUExtended._experimental_distribute_dataset  # pylint: disable=protected-access
+    _distribute_datasets_from_function = _tf.TPUExtended._distribute_datasets_from_function  # pylint: disable=protected-access
+
+
+class FakeTPUExtended(_input.QuietInputMixin, _TPUInput):
     """MirroredExtended over the first logical core of each replica, with TPU rules;
     distributed input with no autotuning thread to join (see `_input`)."""
 
@@ -214,10 +222,6 @@ class FakeTPUExtended(_input.QuietInputMixin, _tf.MirroredExtended):
             return super()._batch_reduce_to(reduce_op, value_destination_pairs, options)
         return [self._reduce_to(reduce_op, v, d, options) for v, d in value_destination_pairs]
 
-    # Input: TPUExtended's own code (its refusals of per-replica input, its spec
-    # checks, and `_enable_data_reorder`), over MirroredExtended's pipelines.
-    _experimental_distribute_dataset = _tf.TPUExtended._experimental_distribute_dataset  # pylint: disable=protected-access
-    _distribute_datasets_from_function = _tf.TPUExtended._distribute_datasets_from_function  # pylint: disable=protected-access
     _get_replica_order = _tf.TPUExtended._get_replica_order  # pylint: disable=protected-access
 
     def _get_input_workers(self, options):
