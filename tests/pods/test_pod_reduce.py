@@ -92,3 +92,35 @@ def _strategy_devices():
     if len(cpus) < 8:
         pytest.fail(f"needs 8 virtual CPUs (the plugin's tf_devices = 8); got {len(cpus)}")
     return [d.name for d in cpus[:8]]
+
+
+def test_values_whose_device_is_not_yet_placed_are_each_counted(strategy_devices):
+    """A sync-on-read variable's traced reads carry no device name: each replica's
+    value still counts once (grouping goes by position, not by device name)."""
+    strategy = tf.distribute.MirroredStrategy(strategy_devices, cross_device_ops=HostFirstReduction())
+    with strategy.scope():
+        w = tf.Variable(
+            0.0,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
+    ids = strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(float(ctx.replica_id_in_sync_group))
+    )
+
+    @tf.function
+    def step(x):
+        def write(x):
+            w.assign(x + w)
+            return w
+
+        def all_reduce(x):
+            return tf.distribute.get_replica_context().all_reduce("SUM", w) + x
+
+        return strategy.run(all_reduce, args=(strategy.run(write, args=(x,)),))
+
+    n = len(strategy_devices)
+    total = n * (n - 1) / 2
+    assert [float(v) for v in strategy.experimental_local_results(step(ids))] == [
+        total + k for k in range(n)
+    ]

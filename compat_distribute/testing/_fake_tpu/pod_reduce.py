@@ -25,10 +25,14 @@ def _host_of(device):
 
 
 def _by_host(devices):
-    """`devices` grouped by host, in first-seen order: [[device, ...], ...]."""
+    """Indices into `devices`, grouped by host in first-seen order: [[i, ...], ...].
+
+    By index, not name: a traced value's device may be "" (placed later), and
+    several values may name the same device.
+    """
     groups = collections.OrderedDict()
-    for device in devices:
-        groups.setdefault(_host_of(device), []).append(device)
+    for i, device in enumerate(devices):
+        groups.setdefault(_host_of(device), []).append(i)
     return list(groups.values())
 
 
@@ -90,9 +94,9 @@ class HostFirstReduction(tf.distribute.ReductionToOneDevice):
                 parts = [tf.reshape(v.values[r], [-1]) for v in values]
                 flats.append(parts[0] if len(parts) == 1 else tf.concat(parts, 0))
         host_sums = []
-        for host_devices in _by_host(sources):
-            with tf.device(host_devices[0]):
-                host_sums.append(tf.add_n([flats[sources.index(d)] for d in host_devices]))
+        for host in _by_host(sources):
+            with tf.device(sources[host[0]]):
+                host_sums.append(tf.add_n([flats[i] for i in host]))
         with tf.device(self.reduce_to_device or sources[0]):
             total = tf.add_n(host_sums)
             if reduce_op == tf.distribute.ReduceOp.MEAN:
@@ -115,12 +119,12 @@ class HostFirstReduction(tf.distribute.ReductionToOneDevice):
     @staticmethod
     def _fan_out(tensor, devices):
         """Copies of `tensor` on `devices`: one per host crosses over, then local copies."""
-        copies = {}
-        for host_devices in _by_host(devices):
-            with tf.device(host_devices[0]):
+        copies = [None] * len(devices)
+        for host in _by_host(devices):
+            with tf.device(devices[host[0]]):
                 on_host = tf.identity(tensor)
-            copies[host_devices[0]] = on_host
-            for device in host_devices[1:]:
-                with tf.device(device):
-                    copies[device] = tf.identity(on_host)
-        return [copies[d] for d in devices]
+            copies[host[0]] = on_host
+            for i in host[1:]:
+                with tf.device(devices[i]):
+                    copies[i] = tf.identity(on_host)
+        return copies
