@@ -48,6 +48,8 @@ INTERNALS = {
     "host_for_device": f"{_DISTRIBUTE}.device_util:get_host_for_device",
     # Pod hosts' network: the client's own server, which the hosts call back.
     "get_server_def": "tensorflow.python.eager.context:get_server_def",
+    # Waits until the hosts have run the ops this client sent them.
+    "async_wait": "tensorflow.python.eager.context:async_wait",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -69,6 +71,9 @@ PROTECTED = (
     # Fake TPU pods; MirroredExtended's `_input_workers_devices` (set in its
     # __init__) is pinned by its own test.
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_input_workers_with_options"),
+    # Fake TPU pods: V1 input iterators whose ops have run on the hosts.
+    (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_make_dataset_iterator"),
+    (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_make_input_fn_iterator"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)

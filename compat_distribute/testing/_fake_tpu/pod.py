@@ -253,6 +253,36 @@ class FakePod:
         if self._connected_spec is None or self._connected_spec.as_dict() != spec.as_dict():
             self.connect(make_master_device_default=False)
 
+    # Input.
+
+    def synced_input(self, iterator):
+        """`iterator` (a V1 distributed iterator), returned once the hosts have
+        run the ops that made it; its eager `initialize()` returns once they
+        have run the ops that reset it.
+
+        A host runs the ops a client sends it in the order sent but after
+        answering (TensorFlow runs a client's stream of ops on an asynchronous
+        executor), while a `tf.function` step reaches it by another call. A
+        MultiDeviceIterator's reset queues its Init (a new incarnation) and then
+        one make_iterator per core: a step called at once could read a core
+        whose make_iterator had not run yet, through the reader of the old
+        incarnation, and fail with "Invalid incarnation id. Provided: 1;
+        Expected: 2" in MultiDeviceIteratorGetNextFromShard.
+        """
+        if not tf.executing_eagerly():
+            return iterator
+        _tf.async_wait()
+        reset = iterator.initialize
+
+        def initialize():
+            ops = reset()
+            if tf.executing_eagerly():
+                _tf.async_wait()
+            return ops
+
+        iterator.initialize = initialize  # `initializer` calls it too
+        return iterator
+
     # The strategy.
 
     def init_extended(self, extended, container_strategy, devices):
