@@ -4,8 +4,9 @@ Each client is a fresh process running `_CLIENT` (a pod client changes its
 process's TensorFlow context for good). They run side by side, as pytest-xdist
 runs pod test files side by side: each connects as TPU code does (connect,
 initialize the TPU system, connect again), reads its own global batches
-through the hosts' input pipelines (V2 distributed dataset and the V1
-iterator, initialized in eager mode) and all-reduces a value of its own
+through the hosts' input pipelines (V2 distributed dataset, and the V1
+iterator read by a `tf.function` right after its eager `initialize()`, which
+resets it on the hosts) and all-reduces a value of its own
 process that its hosts fetch from it. Values are offset per client, so a
 batch or sum that crossed over to the other client would show.
 """
@@ -84,7 +85,14 @@ with fake_tpu("v4-16") as fake:
     v1 = compat_distribute.TPUStrategy(resolver, steps_per_run=2)
     iterator = v1.make_dataset_iterator(dataset)
     iterator.initialize()
-    out["v1_batches"] = [values(v1, iterator.get_next()) for _ in range(batches)]
+
+    @tf.function
+    def read():  # A step right after the reset: it must see the new incarnation.
+        return v1.experimental_local_results(iterator.get_next())
+
+    out["v1_batches"] = [
+        [int(v) for r in read() for v in r.numpy()] for _ in range(batches)
+    ]
     with tf.device("/job:localhost/replica:0/task:0/device:CPU:0"):
         base = tf.constant(offset)
 
