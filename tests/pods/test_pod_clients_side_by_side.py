@@ -4,9 +4,10 @@ Each client is a fresh process running `_CLIENT` (a pod client changes its
 process's TensorFlow context for good). They run side by side, as pytest-xdist
 runs pod test files side by side: each connects as TPU code does (connect,
 initialize the TPU system, connect again), reads its own global batches
-through the hosts' input pipelines (V2 distributed dataset, and the V1
-iterator read by a `tf.function` right after its eager `initialize()`, which
-resets it on the hosts) and all-reduces a value of its own
+through the hosts' input pipelines (V2 distributed dataset; the V1 iterator,
+read once, reset by its eager `initialize()` while host 1 is busy, then read
+from the start by a `tf.function` step: the reset must have reached every
+core first) and all-reduces a value of its own
 process that its hosts fetch from it. Values are offset per client, so a
 batch or sum that crossed over to the other client would show.
 """
@@ -85,12 +86,19 @@ with fake_tpu("v4-16") as fake:
     v1 = compat_distribute.TPUStrategy(resolver, steps_per_run=2)
     iterator = v1.make_dataset_iterator(dataset)
     iterator.initialize()
+    first = values(v1, iterator.get_next())
 
     @tf.function
-    def read():  # A step right after the reset: it must see the new incarnation.
+    def read():  # a step right after the reset: it must see the reset on every core
         return v1.experimental_local_results(iterator.get_next())
 
-    out["v1_batches"] = [
+    read.get_concrete_function()  # traced now, so that the call below starts at once
+    with tf.device("/job:worker/replica:0/task:1/device:CPU:3"):
+        busy = tf.random.normal([2500, 2500])
+        for _ in range(3):  # seconds of work: host 1's next ops queue behind it
+            busy = tf.linalg.matmul(busy, busy) / 2500.0
+    iterator.initialize()  # back to the first batch, on both hosts
+    out["v1_batches"] = [first] + [
         [int(v) for r in read() for v in r.numpy()] for _ in range(batches)
     ]
     with tf.device("/job:localhost/replica:0/task:0/device:CPU:0"):
@@ -157,7 +165,8 @@ def test_two_pod_clients_side_by_side_get_their_own_values_and_leave_nothing(tmp
     for offset, result in zip(OFFSETS, results):
         expected = _expected_batches(offset)
         assert result["v2_batches"] == expected
-        assert result["v1_batches"] == expected
+        # Read once, reset, then read from the start by a tf.function step.
+        assert result["v1_batches"] == expected[:1] + expected
         assert result["all_reduce"] == [REPLICAS * offset + sum(range(REPLICAS))]
         # The hosts call their client back at the port its server listens on.
         assert result["client_port"] in result["listening"]
