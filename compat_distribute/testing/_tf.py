@@ -56,6 +56,8 @@ INTERNALS = {
     # TensorFlow's logging module: TF's TPU warnings go through its `warning`,
     # looked up at each call (TF's tests patch it there).
     "tf_logging": "tensorflow.python.platform.tf_logging",
+    # Waits until the hosts have run the ops this client sent them.
+    "async_wait": "tensorflow.python.eager.context:async_wait",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -80,6 +82,9 @@ PROTECTED = (
     # Fake TPU pods; MirroredExtended's `_input_workers_devices` (set in its
     # __init__) is pinned by its own test.
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_input_workers_with_options"),
+    # Fake TPU pods: V1 input iterators whose ops have run on the hosts.
+    (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_make_dataset_iterator"),
+    (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_make_input_fn_iterator"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)

@@ -139,6 +139,22 @@ class FakeTPUExtended(_input.QuietInputMixin, _TPUInput):
     def tpu_hardware_feature(self):
         return _tf.HardwareFeature(self._tpu_cluster_resolver.tpu_hardware_feature)
 
+    # V1 input iterators: on a pod, their ops have run on the hosts before use.
+
+    def _make_dataset_iterator(self, dataset):
+        made = _tf.MirroredExtended._make_dataset_iterator  # pylint: disable=protected-access
+        return self._input_of_hosts(made(self, dataset))
+
+    def _make_input_fn_iterator(
+        self, input_fn, replication_mode=tf.distribute.InputReplicationMode.PER_WORKER
+    ):
+        made = _tf.MirroredExtended._make_input_fn_iterator  # pylint: disable=protected-access
+        return self._input_of_hosts(made(self, input_fn, replication_mode))
+
+    def _input_of_hosts(self, iterator):
+        pod = self._tpu_cluster_resolver.pod
+        return iterator if pod is None else pod.synced_input(iterator)
+
     def _create_variable(self, next_creator, **kwargs):
         # Inside experimental_logical_device(k), variables live on core k of each
         # replica, as on a TPU.

@@ -60,6 +60,31 @@ def unshare(pod):
     _SHARED.remove(pod)
 
 
+def _cluster_already_connected(spec):
+    """This process's cluster (a `ClusterDef`, its own job included) when it is
+    connected to the hosts of `spec` already, else None.
+
+    Each `connect_to_cluster` without this process's job in the cluster names
+    a new port for it (`TF_PickUnusedPortOrDie`), but a process's server keeps
+    the port it started on when the hosts stay the same (TensorFlow updates
+    the server def in place): the hosts would call this process back at a port
+    where nothing of it listens, and where another program (another pod's
+    client or relay) may listen. Connecting again with this cluster keeps the
+    port that the server has.
+    """
+    server_def = _tf.get_server_def()
+    if server_def is None:
+        return None
+    hosts = {job.name: dict(job.tasks) for job in server_def.cluster.job}
+    own = hosts.pop(server_def.job_name, None)
+    wanted = {job: dict(enumerate(spec.job_tasks(job))) for job in spec.jobs}
+    if own is None or hosts != wanted:
+        return None
+    cluster = type(server_def.cluster)()
+    cluster.CopyFrom(server_def.cluster)
+    return cluster
+
+
 def for_slice(name, mesh, hosts, device_type):
     """A new `FakePod` (not started) for a slice of `hosts` > 1 hosts; None for one host.
 
@@ -234,7 +259,10 @@ class FakePod:
     def connect(self, *args, **kwargs):
         """`tf.config.experimental_connect_to_cluster` to the hosts; the arguments are its own."""
         spec = self.cluster_spec()
-        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, master=self.master())
+        cluster = _cluster_already_connected(spec)
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            spec if cluster is None else tf.train.ClusterSpec(cluster), master=self.master()
+        )
         _tf.connect_to_cluster(resolver, *args, **kwargs)
         self._connected_spec = spec
 
@@ -243,6 +271,36 @@ class FakePod:
         spec = self.cluster_spec()
         if self._connected_spec is None or self._connected_spec.as_dict() != spec.as_dict():
             self.connect(make_master_device_default=False)
+
+    # Input.
+
+    def synced_input(self, iterator):
+        """`iterator` (a V1 distributed iterator), returned once the hosts have
+        run the ops that made it; its eager `initialize()` returns once they
+        have run the ops that reset it.
+
+        A host runs the ops a client sends it in the order sent but after
+        answering (TensorFlow runs a client's stream of ops on an asynchronous
+        executor), while a `tf.function` step reaches it by another call. A
+        MultiDeviceIterator's reset queues its Init (a new incarnation) and then
+        one make_iterator per core: a step called at once could read a core
+        whose make_iterator had not run yet, through the reader of the old
+        incarnation, and fail with "Invalid incarnation id. Provided: 1;
+        Expected: 2" in MultiDeviceIteratorGetNextFromShard.
+        """
+        if not tf.executing_eagerly():
+            return iterator
+        _tf.async_wait()
+        reset = iterator.initialize
+
+        def initialize():
+            ops = reset()
+            if tf.executing_eagerly():
+                _tf.async_wait()
+            return ops
+
+        iterator.initialize = initialize  # `initializer` calls it too
+        return iterator
 
     # The strategy.
 

@@ -1,0 +1,183 @@
+"""Two pod clients at once, each with its own v4-16 (2 hosts): neither meets the other.
+
+Each client is a fresh process running `_CLIENT` (a pod client changes its
+process's TensorFlow context for good). They run side by side, as pytest-xdist
+runs pod test files side by side: each connects as TPU code does (connect,
+initialize the TPU system, connect again), reads its own global batches
+through the hosts' input pipelines (V2 distributed dataset; the V1 iterator,
+read once, reset by its eager `initialize()` while host 1 is busy, then read
+from the start by a `tf.function` step: the reset must have reached every
+core first) and all-reduces a value of its own
+process that its hosts fetch from it. Values are offset per client, so a
+batch or sum that crossed over to the other client would show.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from compat_distribute.testing.cluster import workdir
+
+CLIENT_TIMEOUT_S = 300
+# Global batches each client reads, of one element per replica (8 on a v4-16).
+BATCHES = 3
+REPLICAS = 8
+# Client k reads the integers OFFSETS[k] ... OFFSETS[k] + BATCHES * REPLICAS - 1.
+OFFSETS = (1000, 2000)
+
+_CLIENT = """
+import json, os, sys
+
+import tensorflow as tf
+
+import compat_distribute
+from compat_distribute.testing import fake_tpu
+
+offset, batches = int(sys.argv[1]), int(sys.argv[2])
+
+
+def listening_ports():
+    # TCP ports this process listens on, from /proc (its sockets' inodes).
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/self/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
+
+
+def values(strategy, per_replica):
+    return [int(v) for r in strategy.experimental_local_results(per_replica) for v in r.numpy()]
+
+
+out = {}
+with fake_tpu("v4-16") as fake:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    tf.config.experimental_connect_to_cluster(resolver)  # again, as much TPU code does
+    strategy = tf.distribute.TPUStrategy(resolver)
+    out["hosts"] = fake.pod.pids
+    out["relay"] = fake.pod.relay_pid  # None on the host network
+    from compat_distribute.testing import _tf
+
+    own = [j for j in _tf.get_server_def().cluster.job if j.name == "localhost"][0]
+    out["client_port"] = int(own.tasks[0].rsplit(":", 1)[1])
+    out["listening"] = listening_ports()
+    n = strategy.num_replicas_in_sync
+    dataset = tf.data.Dataset.range(offset, offset + batches * n).batch(n)
+    out["v2_batches"] = [
+        values(strategy, b) for b in strategy.experimental_distribute_dataset(dataset)
+    ]
+    v1 = compat_distribute.TPUStrategy(resolver, steps_per_run=2)
+    iterator = v1.make_dataset_iterator(dataset)
+    iterator.initialize()
+    first = values(v1, iterator.get_next())
+
+    @tf.function
+    def read():  # a step right after the reset: it must see the reset on every core
+        return v1.experimental_local_results(iterator.get_next())
+
+    read.get_concrete_function()  # traced now, so that the call below starts at once
+    with tf.device("/job:worker/replica:0/task:1/device:CPU:3"):
+        busy = tf.random.normal([2500, 2500])
+        for _ in range(3):  # seconds of work: host 1's next ops queue behind it
+            busy = tf.linalg.matmul(busy, busy) / 2500.0
+    iterator.initialize()  # back to the first batch, on both hosts
+    out["v1_batches"] = [first] + [
+        [int(v) for r in read() for v in r.numpy()] for _ in range(batches)
+    ]
+    with tf.device("/job:localhost/replica:0/task:0/device:CPU:0"):
+        base = tf.constant(offset)
+
+    @tf.function
+    def step():
+        def replica():
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce("SUM", base + ctx.replica_id_in_sync_group)
+
+        return strategy.run(replica)
+
+    out["all_reduce"] = sorted(set(int(v) for v in strategy.experimental_local_results(step())))
+print("RESULT " + json.dumps(out), flush=True)
+os._exit(0)  # The hosts are stopped; TensorFlow may block at exit on their context.
+"""
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _expected_batches(offset):
+    """Each host's pipeline reads its share of every global batch, host 0's first:
+    the pipelines take the dataset's elements in turn (auto-sharding by element)."""
+    return [
+        [offset + b * REPLICAS + e for e in (*range(0, REPLICAS, 2), *range(1, REPLICAS, 2))]
+        for b in range(BATCHES)
+    ]
+
+
+@pytest.mark.multi_worker
+def test_two_pod_clients_side_by_side_get_their_own_values_and_leave_nothing(tmp_path):
+    clients = []
+    for offset in OFFSETS:
+        clients.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _CLIENT, str(offset), str(BATCHES)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(tmp_path)),
+            )
+        )
+    results = []
+    try:
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        for client in clients:
+            stdout, stderr = client.communicate(timeout=max(1, deadline - time.monotonic()))
+            lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+            assert client.returncode == 0 and lines, stderr[-5000:]
+            results.append(json.loads(lines[-1][len("RESULT ") :]))
+    finally:
+        for client in clients:
+            if client.poll() is None:
+                client.kill()
+                client.communicate()
+
+    for offset, result in zip(OFFSETS, results):
+        expected = _expected_batches(offset)
+        assert result["v2_batches"] == expected
+        # Read once, reset, then read from the start by a tf.function step.
+        assert result["v1_batches"] == expected[:1] + expected
+        assert result["all_reduce"] == [REPLICAS * offset + sum(range(REPLICAS))]
+        # The hosts call their client back at the port its server listens on.
+        assert result["client_port"] in result["listening"]
+    ports = [r["client_port"] for r in results]
+    assert len(set(ports)) == 2, ports
+    # Each client stopped its own hosts (and relay): nothing of them is left.
+    pids = [p for r in results for p in r["hosts"] + ([r["relay"]] if r["relay"] else [])]
+    assert len(set(pids)) == len(pids)
+    deadline = time.monotonic() + 10
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p for p in pids if _running(p)] == []
+    # The hosts' directories (their logs and TMPDIRs) are gone too.
+    assert [n for n in os.listdir(tmp_path) if n.startswith(workdir.PREFIX)] == []
