@@ -13,7 +13,7 @@ from compat_distribute import _members
 from compat_distribute import _steps
 from compat_distribute import _validate
 from compat_distribute.testing import _tf
-from compat_distribute.testing._fake_tpu import extended as extended_lib
+from compat_distribute.testing._fake_tpu import replicate
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
 
 
@@ -58,7 +58,7 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
             )
         # Own collective keys: strategies over other device sets never share a group.
         _tf.give_own_collective_keys(self)
-        extended = extended_lib.FakeTPUExtended(
+        extended = replicate.ReplicatingExtended(
             self, resolver, device_assignment, spmd, steps_per_run
         )
         # Skips MirroredStrategy.__init__, which would build a MirroredExtended.
