@@ -391,6 +391,10 @@ def register_variable(variable):
     return variable
 
 
+def _on_this_device(value):
+    return tf.identity(value) if isinstance(value, tf.Tensor) else value
+
+
 def replicate(extended, fn, args, kwargs):
     """Traces `fn` once and calls the trace on every replica; returns per-replica outputs."""
     devices = extended.worker_devices
@@ -439,4 +443,9 @@ def replicate(extended, fn, args, kwargs):
         outputs = tf.function(replicated, autograph=False)(inputs)
     finally:
         concrete.set_external_captures(captures[0])
+    # Each replica's outputs on its device, as on a TPU (the call's own outputs
+    # are on the device of the call).
+    for r, device in enumerate(devices):
+        with tf.device(device):
+            outputs[r] = tf.nest.map_structure(_on_this_device, outputs[r])
     return _tf.regroup(tuple(outputs))
