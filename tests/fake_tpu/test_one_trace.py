@@ -158,19 +158,26 @@ def test_each_replica_reads_and_writes_its_own_copy(both):
             first.assign_add(1)
             return mirrored + local
 
+        def every_copy(local=local):
+            return tf.add_n([tf.identity(copy) for copy in local.values])
+
         out = tf.function(lambda fn=fn, strategy=strategy: strategy.run(fn))()
+        summed = tf.function(lambda fn=every_copy, strategy=strategy: strategy.run(fn))()
         results[mode] = (
             _local(strategy, out),
             [float(c) for c in local.values],
             float(local.read_value()),
             [int(c) for c in first.values],
+            _local(strategy, summed),
         )
     assert results[replicate.ONCE] == results[replicate.PER_REPLICA]
-    reads, copies, total, counts = results[replicate.ONCE]
+    reads, copies, total, counts, summed = results[replicate.ONCE]
     assert reads == [10.0 + 3.0 * i for i in range(REPLICAS)]
     assert copies == [3.0 * i for i in range(REPLICAS)]
     assert total == 84.0
     assert counts == [1] * REPLICAS
+    # Every replica reading every copy reads each copy once.
+    assert summed == [84.0] * REPLICAS
 
 
 def _train_dense(strategy, steps):

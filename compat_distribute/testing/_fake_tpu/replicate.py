@@ -359,18 +359,23 @@ def _input_spec(values):
 
 
 def _rebound_captures(extended, concrete, replica):
-    """The trace's captured inputs, the first replica's copies swapped for `replica`'s."""
+    """The trace's captured inputs for `replica`: the first replica's copy of each
+    variable and `replica`'s own copy trade places (a read of every copy still
+    reads each once)."""
     cores = extended._fake_tpu_replica_cores(replica)  # pylint: disable=protected-access
     first = extended._fake_tpu_replica_cores(0)  # pylint: disable=protected-access
     captured = []
     for tensor in concrete.captured_inputs:
-        var = _VARIABLE_OF_HANDLE.get(id(tensor))
-        if var is not None and var() is not None and replica:
-            var = var()
-            index_on = getattr(var, "_index_on", None)
-            copies = var.values
-            if index_on is not None and copies[index_on(first)].handle is tensor:
-                tensor = copies[index_on(cores)].handle
+        ref = _VARIABLE_OF_HANDLE.get(id(tensor))
+        var = ref() if ref is not None else None
+        index_on = getattr(var, "_index_on", None)
+        if replica and index_on is not None:
+            handles = [copy.handle for copy in var.values]
+            a, b = index_on(first), index_on(cores)
+            if tensor is handles[a]:
+                tensor = handles[b]
+            elif tensor is handles[b]:
+                tensor = handles[a]
         captured.append(tensor)
     return captured
 
