@@ -159,7 +159,10 @@ def test_each_replica_reads_and_writes_its_own_copy(both):
             return mirrored + local
 
         def every_copy(local=local):
-            return tf.add_n([tf.identity(copy) for copy in local.values])
+            ctx = tf.distribute.get_replica_context()
+            # Read in cross-replica context, a sync-on-read variable sums its copies.
+            merged = ctx.merge_call(lambda _, local=local: tf.convert_to_tensor(local))
+            return tf.add_n([tf.identity(copy) for copy in local.values]), merged
 
         out = tf.function(lambda fn=fn, strategy=strategy: strategy.run(fn))()
         summed = tf.function(lambda fn=every_copy, strategy=strategy: strategy.run(fn))()
@@ -168,7 +171,7 @@ def test_each_replica_reads_and_writes_its_own_copy(both):
             [float(c) for c in local.values],
             float(local.read_value()),
             [int(c) for c in first.values],
-            _local(strategy, summed),
+            [_local(strategy, v) for v in summed],
         )
     assert results[replicate.ONCE] == results[replicate.PER_REPLICA]
     reads, copies, total, counts, summed = results[replicate.ONCE]
@@ -177,7 +180,7 @@ def test_each_replica_reads_and_writes_its_own_copy(both):
     assert total == 84.0
     assert counts == [1] * REPLICAS
     # Every replica reading every copy reads each copy once.
-    assert summed == [84.0] * REPLICAS
+    assert summed == [[84.0] * REPLICAS, [84.0] * REPLICAS]
 
 
 def _train_dense(strategy, steps):

@@ -219,20 +219,20 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
             return super()._batch_reduce_to(reduce_op, value_destination_pairs, options)
         if isinstance(reduce_op, str):
             reduce_op = tf.distribute.ReduceOp(reduce_op.upper())
-        values = [_replica_tensor(v) for v, _ in value_destination_pairs]
+        values = [_replica_tensor(self, v) for v, _ in value_destination_pairs]
         return all_reduce(self, reduce_op, values)
 
     def _gather_to_implementation(self, value, destinations, axis, options):
         if _trace_of(self) is None:
             return super()._gather_to_implementation(value, destinations, axis, options)
-        return all_gather(self, _replica_tensor(value), axis)
+        return all_gather(self, _replica_tensor(self, value), axis)
 
     def _broadcast_to(self, tensor, destinations):
         trace = _trace_of(self)
         if trace is None or isinstance(tensor, (int, float)):
             return super()._broadcast_to(tensor, destinations)
         # The first replica's value, as TPUExtended._broadcast_to in a TPU context.
-        tensor = _replica_tensor(tensor)
+        tensor = _replica_tensor(self, tensor)
         first = tf.equal(trace[1], 0)
         return all_reduce(
             self, tf.distribute.ReduceOp.SUM, [tf.where(first, tensor, tf.zeros_like(tensor))]
@@ -261,12 +261,15 @@ def own_copy(extended, var):
     return var.values[index_on(extended._fake_tpu_replica_cores(0))]  # pylint: disable=protected-access
 
 
-def _replica_tensor(value):
-    """`value` as a tensor of this replica (a variable reads its own copy)."""
+def _replica_tensor(extended, value):
+    """`value` as a tensor of this replica; a variable reads this replica's copy
+    (reading the variable itself in cross-replica context would reduce it)."""
     if isinstance(value, tf.IndexedSlices):
         # A TPU sums sparse gradients densely too.
         return tf.convert_to_tensor(value)
-    if isinstance(value, tf.distribute.DistributedValues) and not isinstance(value, _tf.DistributedVariable):
+    if isinstance(value, _tf.DistributedVariable):
+        return tf.convert_to_tensor(own_copy(extended, value))
+    if isinstance(value, tf.distribute.DistributedValues):
         raise FallBack("a per-replica value reached a cross-replica operation")
     return tf.convert_to_tensor(value)
 
@@ -309,6 +312,8 @@ def _collective_sum(extended, tensor):
 def all_reduce(extended, reduce_op, tensors):
     """Each tensor summed (or averaged) over the replicas; one collective per dtype."""
     count = len(extended.worker_devices)
+    if count == 1:  # No collective, as MirroredStrategy on one device: XLA compiles the step whole.
+        return list(tensors)
     by_dtype = {}
     for i, t in enumerate(tensors):
         by_dtype.setdefault(t.dtype, []).append(i)
@@ -340,6 +345,8 @@ def all_gather(extended, tensor, axis):
     """
     trace = _trace_of(extended)
     count = len(extended.worker_devices)
+    if count == 1:
+        return tensor
     slot = tf.one_hot(trace[1], count, dtype=tensor.dtype)
     stacked = tf.reshape(slot, [count] + [1] * tensor.shape.rank) * tensor[tf.newaxis]
     stacked = _collective_sum(extended, stacked)
