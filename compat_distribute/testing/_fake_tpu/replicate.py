@@ -28,19 +28,25 @@ the fake does what the TPU does:
 this replica's values, as TPUStrategy's does: `experimental_local_results` of
 an argument has one element, not one per replica.
 
-The per-replica mode (MirroredStrategy's threads) stays, chosen by
+"once" is the default. The per-replica mode (MirroredStrategy's threads)
+stays for comparison and as a fallback, chosen by
 `COMPAT_DISTRIBUTE_FAKE_TPU_TRACE=per_replica|once` (read when a strategy is
 built) or `set_trace_mode(strategy, mode)`. In "once" mode a step still runs
-per replica, with a warning where noted, when:
+per replica:
 
-- TensorFlow builds a TF1 graph (a `Session`): MirroredStrategy itself reduces
-  without collectives there;
-- the slice is a pod (several host processes): collectives across processes
-  need the cluster's collective setup, which the pod client does not make;
-- the step is a plain Python function run eagerly (TPUStrategy refuses it; the
-  harness may call `extended.call_for_each_replica` so);
-- a per-replica value reaches a cross-replica operation inside the trace, or a
-  `merge_fn` returns one (the trace has one value per replica, never N).
+- in a TF1 graph (a `Session`): MirroredStrategy itself reduces without
+  collectives there, and the legacy graph programs rely on it;
+- on a pod (several host processes): collectives across processes need the
+  cluster's collective setup, which the pod client does not make;
+- with a RuntimeWarning, for a plain Python function run eagerly (TPUStrategy
+  refuses it; `extended.call_for_each_replica` may be called so), or when a
+  per-replica value reaches a cross-replica operation inside the trace or a
+  `merge_fn` returns one (the trace holds one value per replica, never N).
+  Python side effects of the abandoned trace have run once by then.
+
+Variables created inside the trace (a Keras optimizer building its slots on
+the first step) make `tf.function` trace the step twice, as it does for any
+function creating variables; build the optimizer first for one trace.
 """
 
 import contextlib
@@ -58,7 +64,7 @@ ENV = "COMPAT_DISTRIBUTE_FAKE_TPU_TRACE"
 PER_REPLICA = "per_replica"
 ONCE = "once"
 MODES = (PER_REPLICA, ONCE)
-DEFAULT_MODE = PER_REPLICA
+DEFAULT_MODE = ONCE
 
 _CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
 
@@ -156,19 +162,17 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
         self._fell_back = set()  # reasons already warned
 
     def _one_trace_applies(self, fn):
-        if self.trace_mode != ONCE:
+        # TF1 graphs and pods always run per replica (see the module docstring).
+        if (
+            self.trace_mode != ONCE
+            or not tf.compat.v1.executing_eagerly_outside_functions()
+            or self._tpu_cluster_resolver.pod is not None
+        ):
             return False
-        reason = None
-        if not tf.compat.v1.executing_eagerly_outside_functions():
-            reason = "TF1 graph (Session) mode"
-        elif self._tpu_cluster_resolver.pod is not None:
-            reason = "a pod's replicas span processes"
-        elif tf.executing_eagerly() and not hasattr(fn, "python_function"):
-            reason = "a plain Python function run eagerly"
-        if reason is None:
-            return True
-        self._warn_fallback(reason)
-        return False
+        if tf.executing_eagerly() and not hasattr(fn, "python_function"):
+            self._warn_fallback("a plain Python function run eagerly")
+            return False
+        return True
 
     def _warn_fallback(self, reason):
         if reason not in self._fell_back:
