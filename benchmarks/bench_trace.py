@@ -115,14 +115,17 @@ def run_sample(kind, replicas):
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env.get("PYTHONPATH", "")]
     )
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--sample", kind, str(replicas)],
-        capture_output=True,
-        text=True,
-        timeout=SAMPLE_TIMEOUT_S,
-        env=env,
-        check=False,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--sample", kind, str(replicas)],
+            capture_output=True,
+            text=True,
+            timeout=SAMPLE_TIMEOUT_S,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as timeout:
+        raise RuntimeError(f"{kind} at {replicas} replicas took over {SAMPLE_TIMEOUT_S} s") from timeout
     lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{kind} at {replicas} replicas failed:\n{proc.stderr[-3000:]}")
