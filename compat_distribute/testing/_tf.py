@@ -45,6 +45,9 @@ INTERNALS = {
     "TopologyProto": "tensorflow.core.protobuf.tpu.topology_pb2:TopologyProto",
     "HardwareFeature": "tensorflow.python.tpu.tpu_hardware_feature:HardwareFeature",
     "variable_accessed": "tensorflow.python.eager.tape:variable_accessed",
+    # The fake TPU's one trace per step
+    "select_replica": f"{_DISTRIBUTE}.distribute_utils:select_replica",
+    "regroup": f"{_DISTRIBUTE}.distribute_utils:regroup",
     # XLA check
     "get_all_registered_kernels": "tensorflow.python.framework.kernels:get_all_registered_kernels",
     # Fake TPU pods
@@ -118,6 +121,14 @@ def give_next_multi_worker_strategies_own_keys():
     base = next_collective_key_base()
     __getattr__("CollectiveAllReduceStrategy")._collective_key_base = base
     __getattr__("CollectiveAllReduceStrategyV1")._collective_key_base = base
+
+
+def collective_keys(extended):
+    """MirroredExtended `extended`'s collective key allocator (group and instance keys).
+
+    MirroredExtended sets `_collective_keys` in its __init__; pinned by its own test.
+    """
+    return extended._collective_keys
 
 
 def clone_function(function, python_function):

@@ -14,7 +14,7 @@ from compat_distribute import _steps
 from compat_distribute import keras as cd_keras
 from compat_distribute import _validate
 from compat_distribute.testing import _tf
-from compat_distribute.testing._fake_tpu import extended as extended_lib
+from compat_distribute.testing._fake_tpu import replicate
 from compat_distribute.testing._fake_tpu import system
 
 
@@ -56,7 +56,7 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         resolver.check_device_assignment(device_assignment)
         # Own collective keys: strategies over other device sets never share a group.
         _tf.give_own_collective_keys(self)
-        extended = extended_lib.FakeTPUExtended(
+        extended = replicate.ReplicatingExtended(
             self, resolver, device_assignment, spmd, steps_per_run
         )
         # Skips MirroredStrategy.__init__, which would build a MirroredExtended.

@@ -1,0 +1,258 @@
+"""One trace per step: the fake TPU traces the replica function once, as a TPU does.
+
+Each check runs on two v3-8 strategies, one per trace mode, and the values of
+the "once" mode must equal the per-replica mode's (MirroredStrategy's threads).
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from compat_distribute.testing import FakeTPUClusterResolver
+from compat_distribute.testing import FakeTPUStrategy
+from compat_distribute.testing._fake_tpu import replicate
+
+REPLICAS = 8
+
+
+def _strategy(mode):
+    strategy = FakeTPUStrategy(FakeTPUClusterResolver("v3-8"))
+    replicate.set_trace_mode(strategy, mode)
+    return strategy
+
+
+@pytest.fixture(name="once", scope="module")
+def once_fixture():
+    return _strategy(replicate.ONCE)
+
+
+@pytest.fixture(name="per_replica", scope="module")
+def per_replica_fixture():
+    return _strategy(replicate.PER_REPLICA)
+
+
+@pytest.fixture(name="both", scope="module")
+def both_fixture(once, per_replica):
+    return {replicate.ONCE: once, replicate.PER_REPLICA: per_replica}
+
+
+def _local(strategy, value):
+    return [np.asarray(v).tolist() for v in strategy.experimental_local_results(value)]
+
+
+def _per_replica_input(strategy, array):
+    return strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(array[ctx.replica_id_in_sync_group])
+    )
+
+
+def test_body_is_traced_once_per_step_function(both):
+    counts = {}
+    for mode, strategy in both.items():
+        traces = []
+
+        def fn():
+            traces.append(1)  # a Python side effect: once per trace
+            return tf.distribute.get_replica_context().replica_id_in_sync_group
+
+        @tf.function
+        def step(fn=fn, strategy=strategy):
+            return strategy.run(fn)
+
+        assert _local(strategy, step()) == list(range(REPLICAS))
+        step()  # no retrace
+        counts[mode] = len(traces)
+    assert counts == {replicate.ONCE: 1, replicate.PER_REPLICA: REPLICAS}
+
+
+def test_eager_run_of_a_tf_function_traces_once(once):
+    traces = []
+
+    @tf.function
+    def fn():
+        traces.append(1)
+        return tf.distribute.get_replica_context().replica_id_in_sync_group * 2
+
+    assert _local(once, once.run(fn)) == [2 * i for i in range(REPLICAS)]
+    assert _local(once, once.run(fn)) == [2 * i for i in range(REPLICAS)]
+    assert len(traces) == 1
+
+
+def test_replica_index_has_no_static_value(both):
+    static = {}
+    for mode, strategy in both.items():
+        seen = []
+
+        def fn():
+            seen.append(tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group))
+            return tf.constant(0)
+
+        tf.function(lambda fn=fn, strategy=strategy: strategy.run(fn))()
+        static[mode] = seen
+    assert static[replicate.ONCE] == [None]
+    assert static[replicate.PER_REPLICA] == list(range(REPLICAS))
+
+
+def test_all_reduce_and_all_gather_give_the_per_replica_values(both):
+    results = {}
+    for mode, strategy in both.items():
+
+        def fn():
+            ctx = tf.distribute.get_replica_context()
+            x = tf.cast(ctx.replica_id_in_sync_group, tf.float32) + 1.0
+            return (
+                ctx.all_reduce("SUM", x),
+                ctx.all_reduce("MEAN", [x, 2.0 * x]),
+                ctx.all_reduce("SUM", tf.cast(ctx.replica_id_in_sync_group, tf.int64)),
+                ctx.all_gather(tf.reshape(x, [1, 1]), axis=1),
+            )
+
+        out = tf.function(lambda fn=fn, strategy=strategy: strategy.run(fn))()
+        results[mode] = tf.nest.map_structure(lambda v, s=strategy: _local(s, v), out)
+    assert results[replicate.ONCE] == results[replicate.PER_REPLICA]
+    total, means, int_total, gathered = results[replicate.ONCE]
+    assert total == [36.0] * REPLICAS
+    assert means == [[4.5] * REPLICAS, [9.0] * REPLICAS]
+    assert int_total == [28] * REPLICAS
+    assert gathered == [[[float(i) for i in range(1, REPLICAS + 1)]]] * REPLICAS
+
+
+def test_merge_call_reduces_and_updates_as_per_replica(both):
+    results = {}
+    for mode, strategy in both.items():
+        with strategy.scope():
+            v = tf.Variable(1.0)
+
+        def merge_fn(strat, value, v=v):
+            total = strat.extended.reduce_to("SUM", value, destinations=v)
+            strat.extended.update(v, lambda var, t: var.assign_add(t), args=(total,))
+            return total
+
+        def fn(merge_fn=merge_fn):
+            ctx = tf.distribute.get_replica_context()
+            x = tf.cast(ctx.replica_id_in_sync_group, tf.float32)
+            return ctx.merge_call(merge_fn, args=(x,))
+
+        out = tf.function(lambda fn=fn, strategy=strategy: strategy.run(fn))()
+        results[mode] = (_local(strategy, out), [float(c) for c in v.values])
+    assert results[replicate.ONCE] == results[replicate.PER_REPLICA]
+    assert results[replicate.ONCE] == ([28.0] * REPLICAS, [29.0] * REPLICAS)
+
+
+def test_each_replica_reads_and_writes_its_own_copy(both):
+    results = {}
+    for mode, strategy in both.items():
+        with strategy.scope():
+            mirrored = tf.Variable(10.0)
+            local = tf.Variable(
+                0.0,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.SUM,
+            )
+            first = tf.Variable(0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+        def fn(mirrored=mirrored, local=local, first=first):
+            rid = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32)
+            local.assign(rid * 3.0)
+            first.assign_add(1)
+            return mirrored + local
+
+        def every_copy(local=local):
+            ctx = tf.distribute.get_replica_context()
+            # Read in cross-replica context, a sync-on-read variable sums its copies.
+            merged = ctx.merge_call(lambda _, local=local: tf.convert_to_tensor(local))
+            return tf.add_n([tf.identity(copy) for copy in local.values]), merged
+
+        out = tf.function(lambda fn=fn, strategy=strategy: strategy.run(fn))()
+        summed = tf.function(lambda fn=every_copy, strategy=strategy: strategy.run(fn))()
+        results[mode] = (
+            _local(strategy, out),
+            [float(c) for c in local.values],
+            float(local.read_value()),
+            [int(c) for c in first.values],
+            [_local(strategy, v) for v in summed],
+        )
+    assert results[replicate.ONCE] == results[replicate.PER_REPLICA]
+    reads, copies, total, counts, summed = results[replicate.ONCE]
+    assert reads == [10.0 + 3.0 * i for i in range(REPLICAS)]
+    assert copies == [3.0 * i for i in range(REPLICAS)]
+    assert total == 84.0
+    assert counts == [1] * REPLICAS
+    # Every replica reading every copy reads each copy once.
+    assert summed == [[84.0] * REPLICAS, [84.0] * REPLICAS]
+
+
+def _train_dense(strategy, steps):
+    """Keras 3 SGD (momentum) on a Dense layer, gradients all-reduced; losses and kernel copies."""
+    rng = np.random.RandomState(0)
+    x = rng.rand(REPLICAS, 2, 3).astype("float32")
+    y = rng.rand(REPLICAS, 2, 4).astype("float32")
+    with strategy.scope():
+        model = keras.Sequential([keras.layers.Dense(4, kernel_initializer="ones")])
+        model.build((None, 3))
+        optimizer = keras.optimizers.SGD(0.1, momentum=0.5)
+        optimizer.build(model.trainable_variables)
+    traces = []
+
+    def step(x, y):
+        traces.append(1)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2) / REPLICAS
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train(x, y):
+        return strategy.reduce("SUM", strategy.run(step, args=(x, y)), axis=None)
+
+    xs, ys = _per_replica_input(strategy, x), _per_replica_input(strategy, y)
+    losses = [float(train(xs, ys)) for _ in range(steps)]
+    kernel = model.trainable_variables[0].value
+    return losses, [np.asarray(c) for c in kernel.values], int(optimizer.iterations.numpy()), len(traces)
+
+
+def test_keras_sgd_update_gives_the_per_replica_weights(both):
+    once_losses, once_kernels, once_iterations, once_traces = _train_dense(both[replicate.ONCE], 3)
+    losses, kernels, iterations, traces = _train_dense(both[replicate.PER_REPLICA], 3)
+    np.testing.assert_allclose(once_losses, losses, rtol=1e-6)
+    for copy in once_kernels:
+        np.testing.assert_allclose(copy, kernels[0], rtol=1e-6)
+    assert losses[2] < losses[0]
+    assert (once_iterations, iterations) == (3, 3)
+    assert (once_traces, traces) == (1, REPLICAS)
+
+
+def test_mode_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv(replicate.ENV, "once")
+    assert replicate.mode_from_environment() == "once"
+    monkeypatch.setenv(replicate.ENV, "")
+    assert replicate.mode_from_environment() == replicate.DEFAULT_MODE
+    monkeypatch.setenv(replicate.ENV, "twice")
+    with pytest.raises(ValueError) as raised:
+        replicate.mode_from_environment()
+    assert str(raised.value).startswith(
+        "$COMPAT_DISTRIBUTE_FAKE_TPU_TRACE must be one of ('per_replica', 'once'); got 'twice'."
+    )
+
+
+def test_set_trace_mode_checks_its_arguments(once):
+    with pytest.raises(ValueError, match=r"mode must be one of \('per_replica', 'once'\); got 'all'"):
+        replicate.set_trace_mode(once, "all")
+    with pytest.raises(TypeError, match="set_trace_mode needs a fake TPU strategy"):
+        replicate.set_trace_mode(tf.distribute.get_strategy(), "once")
+    assert once.extended.trace_mode == replicate.ONCE
+
+
+def test_eager_python_function_runs_per_replica_with_a_warning(once):
+    calls = []
+
+    def fn():
+        calls.append(1)
+        return tf.constant(1)
+
+    with pytest.warns(RuntimeWarning, match=r"once per replica \(a plain Python function run eagerly\)"):
+        out = once.extended.call_for_each_replica(fn)
+    assert len(calls) == REPLICAS
+    assert _local(once, out) == [1] * REPLICAS
