@@ -103,4 +103,4 @@ def test_fake_tpu_dataset_functions_return_datasets_without_autotuning(v3_8, mon
     values = v3_8.experimental_local_results(next(iter(distributed)))
     assert [v.numpy().tolist() for v in values] == [[r] for r in range(8)]
     assert seen and all(_autotune(d) is False for d in seen), seen
-    assert [_autotune(d) for d in made] == [None, None]  # the program's own datasets, untouched
+    assert made and all(_autotune(d) is None for d in made)  # the program's own, untouched

@@ -142,14 +142,12 @@ class FakeTPUExtended(_input.QuietInputMixin, _TPUInput):
     # V1 input iterators: on a pod, their ops have run on the hosts before use.
 
     def _make_dataset_iterator(self, dataset):
-        made = _tf.MirroredExtended._make_dataset_iterator  # pylint: disable=protected-access
-        return self._input_of_hosts(made(self, dataset))
+        return self._input_of_hosts(super()._make_dataset_iterator(dataset))
 
     def _make_input_fn_iterator(
         self, input_fn, replication_mode=tf.distribute.InputReplicationMode.PER_WORKER
     ):
-        made = _tf.MirroredExtended._make_input_fn_iterator  # pylint: disable=protected-access
-        return self._input_of_hosts(made(self, input_fn, replication_mode))
+        return self._input_of_hosts(super()._make_input_fn_iterator(input_fn, replication_mode))
 
     def _input_of_hosts(self, iterator):
         pod = self._tpu_cluster_resolver.pod
