@@ -51,9 +51,11 @@ def legacy_tpu_fixture():
 
 @pytest.fixture(name="run_legacy_script")
 def run_legacy_script_fixture(run_python):
-    def run(name, *args, timeout=240, topology="v4-8", env=None, exit_normally=False):
+    def run(name, *args, timeout=240, topology="v4-8", env=None, exit_normally=False,
+            with_stderr=False):
         """The script's output lines; `exit_normally` lets Python and TensorFlow end the
-        process as a user's run would, and checks that this takes under 20 s."""
+        process as a user's run would, and checks that this takes under 20 s;
+        `with_stderr` returns (lines, stderr)."""
         path = os.path.join(HERE, name)
         result = run_python(
             _SCRIPT_DRIVER.format(
@@ -69,6 +71,6 @@ def run_legacy_script_fixture(run_python):
         ended = float(lines[-1].removeprefix("program ended at "))
         if exit_normally:
             assert exited - ended < EXIT_BOUND_S, f"{name} took {exited - ended:.1f} s to exit"
-        return lines[:-1]
+        return (lines[:-1], result.stderr) if with_stderr else lines[:-1]
 
     return run
