@@ -74,3 +74,25 @@ def test_tf1_keras_mnist_example_exits_when_it_ends(run_legacy_script):
     run_legacy_script(
         *KERAS_MNIST_CONTRIB, env=TF_KERAS, topology="v3-8", exit_normally=True, timeout=90
     )
+
+
+def test_tf1_contrib_tpu_example_session_on_the_resolver_master(run_legacy_script):
+    # Point 2: the program's own ConfigProto has no soft placement and it never
+    # calls strategy.configure; the session on the grpc:// master must still see
+    # all 8 cores, or the first run fails to place replica 1. Points 3 and 5: the
+    # resolver from a Cloud TPU address, tf.contrib.distribute on tf.compat.v1.
+    # Point 1: each epoch re-initialises the per-replica iterators, and the
+    # session closes.
+    lines = run_legacy_script(
+        "mnist_tf1_tpu_session.py", "--tpu=grpc://127.0.0.1:8470", "--num_epochs=3",
+        topology="v3-8", env=TF_KERAS,
+    )
+    assert [line for line in lines if line.startswith("Starting epoch")] == [
+        "Starting epoch 0", "Starting epoch 1", "Starting epoch 2"
+    ]
+    for kind in ("Training", "Test"):
+        logged = [re.fullmatch(kind + r" loss: ([0-9.]+), accuracy: ([0-9.]+)%", line)
+                  for line in lines]
+        losses = [float(m.group(1)) for m in logged if m]
+        assert len(losses) == 3, lines
+        assert_falls(losses)
