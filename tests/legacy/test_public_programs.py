@@ -12,7 +12,9 @@ import math
 import re
 import subprocess
 
+import numpy as np
 import pytest
+from test_corpus import on_two_workers
 
 TF_KERAS = {"TF_USE_LEGACY_KERAS": "1"}  # tf.keras is tf-keras, which has TF1's graph mode
 KERAS_MNIST_CONTRIB = ("tpu_mnist_keras_contrib.py", "--tpu=grpc://127.0.0.1:8470")
@@ -96,3 +98,15 @@ def test_tf1_contrib_tpu_example_session_on_the_resolver_master(run_legacy_scrip
         losses = [float(m.group(1)) for m in logged if m]
         assert len(losses) == 3, lines
         assert_falls(losses)
+
+
+def test_multi_worker_keras_tutorial_on_two_workers():
+    # TF_CONFIG, the TF 2.0 spelling routed to the multi-worker shim, and Keras fit
+    # on a finite dataset: 1024 examples in global batches of 128, 3 epochs.
+    results = on_two_workers("multi_worker_keras_tutorial")
+    for replicas, steps, losses in results:
+        assert replicas == 2
+        assert steps == 3 * 8
+        assert len(losses) == 3
+        assert_falls(losses)
+    np.testing.assert_allclose(results[0][2], results[1][2], rtol=1e-6)  # synchronous
