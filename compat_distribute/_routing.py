@@ -3,14 +3,17 @@
 `install()` points every public spelling of the two V1 strategy classes that
 still exists in TensorFlow 2.21 at `compat_distribute.TPUStrategy` and
 `compat_distribute.MultiWorkerMirroredStrategy`, and adds TF1's `tf.contrib`
-distribution names (`_contrib.ROUTES`); `uninstall()` puts TF's own objects
-back and removes `tf.contrib`; `installed()` does both around a block and
+distribution names (`_contrib.ROUTES`) as `tf.contrib`, `tf.compat.v1.contrib`
+and the importable modules `tensorflow.contrib(.distribute, .cluster_resolver)`;
+`uninstall()` puts TF's own objects back and removes all of these; `installed()` does both around a block and
 restores the state it found. The spellings, routed or not and why, are data:
 `SPELLINGS` and `_contrib.ROUTES`, from which the migration tables are generated.
 """
 
 import contextlib
 import dataclasses
+import importlib
+import sys
 
 from compat_distribute import _contrib
 from compat_distribute import _patching
@@ -79,16 +82,32 @@ _patch = None
 
 def _routes():
     routes = [(s.path, s.name, _shim(s.shim)) for s in SPELLINGS if s.routed]
-    return routes + [("", "contrib", _contrib.module())]
+    # TF1 code reaches tf.contrib from `import tensorflow as tf` and, once migrated,
+    # from `import tensorflow.compat.v1 as tf`.
+    return routes + [("", "contrib", _contrib.module()), ("compat.v1", "contrib", _contrib.module())]
+
+
+def _contrib_modules():
+    """`tensorflow.contrib` and its modules by import name, for `from tensorflow.contrib import ...`."""
+    contrib = _contrib.module()
+    return {contrib.__name__: contrib} | {
+        getattr(contrib, name).__name__: getattr(contrib, name) for name in contrib.__all__
+    }
 
 
 def install():
     """Routes every historical spelling to the shims and adds `tf.contrib`. Installing twice is a no-op."""
     global _patch
     if _patch is None:
+        # `import tensorflow.compat.v1` replaces the object that `tf.compat.v1` gave
+        # before it: import it first, so that tf.compat.v1.contrib lands on the module
+        # a later import statement binds.
+        importlib.import_module("tensorflow.compat.v1")
         # Above fake_tpu()'s routes whatever the order: the shims build the fake's
         # strategies from its resolver, and also take the historical signatures.
         _patch = _patching.Patch(_routes(), precedence=1).start()
+        for name, module in _contrib_modules().items():
+            sys.modules.setdefault(name, module)
 
 
 def uninstall():
@@ -97,6 +116,9 @@ def uninstall():
     if _patch is not None:
         _patch.stop()
         _patch = None
+        for name, module in _contrib_modules().items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
 
 
 def is_installed():

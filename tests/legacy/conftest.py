@@ -9,11 +9,15 @@ output lines.
 """
 
 import os
+import time
 
 import pytest
 
 import compat_distribute
 from compat_distribute.testing import fake_tpu
+
+# A process whose program has ended must be gone within this (a loaded machine included).
+EXIT_BOUND_S = 20
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -31,8 +35,11 @@ with fake_tpu({topology!r}), compat_distribute.installed():
     except SystemExit as exit:
         if exit.code not in (None, 0):
             raise
-from compat_distribute import _exit
-_exit.end_process(0)  # atexit clean-up (AutoGraph's temp files), then no TF teardown
+import time
+print(f"program ended at {{time.time()!r}}", flush=True)
+if not {exit_normally!r}:
+    from compat_distribute import _exit
+    _exit.end_process(0)  # atexit clean-up (AutoGraph's temp files), then no TF teardown
 """
 
 
@@ -44,15 +51,26 @@ def legacy_tpu_fixture():
 
 @pytest.fixture(name="run_legacy_script")
 def run_legacy_script_fixture(run_python):
-    def run(name, *args, timeout=240, topology="v4-8"):
+    def run(name, *args, timeout=240, topology="v4-8", env=None, exit_normally=False,
+            with_stderr=False):
+        """The script's output lines; `exit_normally` lets Python and TensorFlow end the
+        process as a user's run would, and checks that this takes under 20 s;
+        `with_stderr` returns (lines, stderr)."""
         path = os.path.join(HERE, name)
         result = run_python(
             _SCRIPT_DRIVER.format(
-                path=path, args=list(args), timeout=timeout - 20, topology=topology
+                path=path, args=list(args), timeout=timeout - 20, topology=topology,
+                exit_normally=exit_normally,
             ),
             timeout=timeout,
+            env=env,
         )
+        exited = time.time()
         assert result.returncode == 0, f"{name} failed:\n{result.stderr[-6000:]}"
-        return result.stdout.splitlines()
+        lines = result.stdout.splitlines()
+        ended = float(lines[-1].removeprefix("program ended at "))
+        if exit_normally:
+            assert exited - ended < EXIT_BOUND_S, f"{name} took {exited - ended:.1f} s to exit"
+        return (lines[:-1], result.stderr) if with_stderr else lines[:-1]
 
     return run

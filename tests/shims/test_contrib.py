@@ -32,6 +32,37 @@ def test_install_adds_tf_contrib_and_uninstall_removes_it():
     assert "contrib" not in vars(tf)
 
 
+# TF 1.14-1.15 code in tensorflow/tpu and tensorflow/models imported tf.contrib's
+# modules; code migrated with `import tensorflow.compat.v1 as tf` reaches it there.
+IMPORT_PROGRAM = """
+    import sys
+    import compat_distribute
+    compat_distribute.install()
+    import tensorflow as tf
+    import tensorflow.compat.v1 as tf1
+    from tensorflow.contrib import cluster_resolver as contrib_cluster_resolver
+    from tensorflow.contrib import distribute as contrib_distribute
+    assert tf1.contrib is tf.contrib
+    assert contrib_distribute is tf.contrib.distribute
+    assert contrib_cluster_resolver is tf.contrib.cluster_resolver
+    assert contrib_distribute.TPUStrategy is compat_distribute.TPUStrategy
+    compat_distribute.uninstall()
+    assert not hasattr(tf1, "contrib") and not hasattr(tf, "contrib")
+    assert not [name for name in sys.modules if name.startswith("tensorflow.contrib")]
+    try:
+        from tensorflow.contrib import distribute
+    except ModuleNotFoundError as error:
+        print(error)
+"""
+
+
+def test_contrib_modules_import_and_sit_on_compat_v1_until_uninstall(run_python):
+    # A fresh process: `import tensorflow.compat.v1` after install() is the case.
+    result = run_python(IMPORT_PROGRAM)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["No module named 'tensorflow.contrib'"]
+
+
 @pytest.mark.parametrize("route", [r for r in _contrib.ROUTES if not r.params],
                          ids=lambda r: r.spelling)
 def test_each_plain_route_is_its_target(route):
