@@ -133,7 +133,10 @@ def main(argv):
         _say(f"warning: {_waiting_text(task, peers, first, limit)}")
     if limit is None or _released_within(limit - first):
         return 0
-    _say(f"error: {_waiting_text(task, peers, limit, limit)} Killing it now (SIGKILL).")
+    text = _waiting_text(task, peers, limit, limit)
+    if _released_within(0):  # the strategy came up while the peers were probed
+        return 0
+    _say(f"error: {text} Killing it now (SIGKILL).")
     os.kill(parent, signal.SIGKILL)
     return 0
 

@@ -15,7 +15,7 @@ goldens) has one row here, in one of three kinds:
 Descriptors rather than a class `__getattr__`, because several V1 names still
 exist on the TF2 base classes (`reduce`, `unwrap`, `configure`) and must be
 shadowed, and because descriptors cost nothing on the hot path.
-The README's migration table is generated from `TABLE` (see `migration_table`).
+docs/migration.md's member table is generated from `TABLE` (see `migration_table`).
 """
 
 import dataclasses
@@ -453,7 +453,7 @@ def serve(cls, shim, scope):
 
 
 def migration_table():
-    """The README's migration table, as Markdown rows."""
+    """docs/migration.md's member table, as Markdown rows."""
     lines = ["| member | on | TF2 status | notes, or what to do |", "|---|---|---|---|"]
     for row in TABLE:
         if row.kind == WORKS and row.impl is None:

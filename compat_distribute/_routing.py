@@ -138,7 +138,7 @@ def installed():
 
 
 def spellings_markdown():
-    """The README's table of historical spellings and their routes."""
+    """docs/migration.md's table of historical spellings and their routes."""
     lines = ["| spelling | TensorFlow | after `install()` | why |", "|---|---|---|---|"]
     for s in SPELLINGS:
         route = f"`compat_distribute.{s.shim}`" if s.routed else "not routed"

@@ -55,7 +55,8 @@ class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf.CollectiveAllReduceS
     `TF_CONFIG`, the key or position, and what is accepted, where TF would
     raise a bare `JSONDecodeError` or build a one-replica strategy; so is an
     empty or blank one. A task of that cluster that has not started after
-    `_cluster_wait.WARN_AFTER_S` is named in a RuntimeWarning, and
+    30 s is named in a warning line on stderr (from a watcher process: TensorFlow
+    holds the interpreter while it waits), and
     `$COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT` (seconds) bounds the wait.
     """
 

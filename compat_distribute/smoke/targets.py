@@ -12,11 +12,9 @@ import tensorflow as tf
 
 from compat_distribute import multi_worker
 from compat_distribute import tpu
-from compat_distribute.testing import _backend
 from compat_distribute.testing import _fake_tpu
-from compat_distribute.testing._fake_tpu import topologies as topologies_lib
 
-__all__ = ["Target", "target", "topologies"]
+__all__ = ["Target", "target"]
 
 # What the JSON report calls each kind of `Backend`.
 _HARDWARE = {"fake": "fake_tpu", "tpu": "tpu", "gpu": "gpu"}

@@ -256,3 +256,19 @@ def test_eager_python_function_runs_per_replica_with_a_warning(once):
         out = once.extended.call_for_each_replica(fn)
     assert len(calls) == REPLICAS
     assert _local(once, out) == [1] * REPLICAS
+
+
+def test_per_replica_python_values_fall_back_instead_of_taking_replica_0s(once):
+    # A trace takes tensors as inputs; a Python value that differs by replica
+    # would be replica 0's in every replica, so the step runs per replica.
+    ids = once.experimental_distribute_values_from_function(
+        lambda ctx: ctx.replica_id_in_sync_group
+    )
+
+    @tf.function
+    def step():  # ids captured, so they stay Python ints
+        return once.run(lambda i: tf.constant(i) * 10, args=(ids,))
+
+    with pytest.warns(RuntimeWarning, match="differs by replica"):
+        values = step()
+    assert _local(once, values) == [10 * r for r in range(REPLICAS)]

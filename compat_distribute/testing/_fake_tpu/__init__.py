@@ -5,7 +5,7 @@ cluster resolver), `system` (the TPU system calls, the fakes in force),
 `pod` (a multi-host slice's hosts), `extended` and `strategy` (the
 strategy, a MirroredStrategy with the TPU's rules), `variables` (TPU read rules
 for its variables), `patch` (`FakeTPU` / `fake_tpu()`, routing TensorFlow's TPU
-entry points to the fake). The public names are served by
+entry points to the fake). The public names are exported by
 `compat_distribute.testing`. The topology names import no TensorFlow, so the
 command line and the pytest plugin read them cheaply; the rest load on first use.
 """

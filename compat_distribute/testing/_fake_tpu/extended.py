@@ -248,13 +248,13 @@ class FakeTPUExtended(_input.QuietInputMixin, _TPUInput):
 _members.serve(FakeTPUExtended, _members.TPU, _members.EXTENDED)
 
 
-def _checking_reduce_op(served):
-    """`served` (the member table's reduce_to / batch_reduce_to), checking reduce_op first."""
+def _checking_reduce_op(method):
+    """`method` (the member table's reduce_to / batch_reduce_to), checking reduce_op first."""
 
-    @functools.wraps(served)
+    @functools.wraps(method)
     def method(self, reduce_op, *args, **kwargs):
         check_reduce_op(reduce_op)
-        return served(self, reduce_op, *args, **kwargs)
+        return method(self, reduce_op, *args, **kwargs)
 
     return method
 

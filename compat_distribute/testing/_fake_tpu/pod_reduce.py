@@ -106,7 +106,11 @@ class HostFirstReduction(tf.distribute.ReductionToOneDevice):
         copies = self._fan_out(total, targets)
         if shapes is None:
             shape = tf.shape(values[0].values[0])
-            return [_tf.regroup([tf.reshape(c, shape) for c in copies], wrap_class=_tf.Mirrored)]
+            shaped = []
+            for device, copy in zip(targets, copies):
+                with tf.device(device):
+                    shaped.append(tf.reshape(copy, shape))
+            return [_tf.regroup(shaped, wrap_class=_tf.Mirrored)]
         sizes = [s.num_elements() for s in shapes]
         per_value = [[] for _ in values]
         for device, copy in zip(targets, copies):

@@ -122,8 +122,11 @@ def _tracing(extended, replica_id):
         _local.trace = outer
 
 
-class FallBack(Exception):
-    """Raised inside a trace when a step cannot be one trace; it runs per replica instead."""
+class FallBack(BaseException):
+    """Raised inside a trace when a step cannot be one trace; it runs per replica instead.
+
+    Not an Exception: a step's own `except Exception` must not swallow it.
+    """
 
 
 class OneTraceReplicaContext(tf.distribute.ReplicaContext):
@@ -351,6 +354,8 @@ def all_gather(extended, tensor, axis):
     count = len(extended.worker_devices)
     if count == 1:
         return tensor
+    if tensor.shape.rank is None:
+        raise FallBack("all_gather of a tensor of unknown rank")
     slot = tf.one_hot(trace[1], count, dtype=tensor.dtype)
     stacked = tf.reshape(slot, [count] + [1] * tensor.shape.rank) * tensor[tf.newaxis]
     stacked = _collective_sum(extended, stacked)
@@ -423,6 +428,10 @@ def replicate(extended, fn, args, kwargs):
         if tf.is_tensor(leaf) and not isinstance(leaf, tf.Variable)
         and not isinstance(leaf, _tf.DistributedVariable)
     ]
+    for i, leaf in enumerate(leaves[0]):
+        # Only tensors become inputs of the trace; anything else is replica 0's.
+        if i not in tensor_at and any(leaves[r][i] is not leaf for r in range(1, count)):
+            raise FallBack(f"the replicas' inputs hold a {type(leaf).__name__} that differs by replica")
     specs = [_input_spec([leaves[r][i] for r in range(count)]) for i in tensor_at]
     fn = tf.__internal__.autograph.tf_convert(fn, tf.__internal__.autograph.control_status_ctx())
 

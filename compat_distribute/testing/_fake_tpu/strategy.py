@@ -27,7 +27,7 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
     them, but do not compute). Variables are packed in eager mode, as
     TPUStrategyV2's (`_enable_packed_variable_in_eager_mode`, which may be set
     to False as TF's tests do). Serves the V1 members of the member table, and
-    `run_steps` (see `compat_distribute`'s README).
+    `run_steps` (see docs/migration.md).
     """
 
     def __init__(

@@ -3,7 +3,7 @@
 Each op of the step is tested against `RULES` in order; the first rule that
 matches decides, and no later rule looks at that op. A rule with a `kind`
 adds an entry of that kind to the report; a rule without one accepts the op
-(it is how the check knows what not to flag). The README's list of what the
+(it is how the check knows what not to flag). docs/xla-check.md's list of what the
 check catches is generated from this table (`readme_table`).
 
 No TensorFlow here: dtypes are named as `tf.DType.name` spells them.
@@ -254,7 +254,7 @@ def rule(name: str) -> Rule:
     raise KeyError(f"no XLA check rule is called {name!r}; the rules are {[r.name for r in RULES]}")
 
 
-# ------------------------------------------------------------ the README
+# ------------------------------------------------------ docs/xla-check.md
 
 
 def _ops_text(rule_: Rule) -> str:
@@ -285,7 +285,7 @@ def condition(rule_: Rule) -> str:
 
 
 def readme_table() -> str:
-    """The README's table of what the check catches, as Markdown."""
+    """docs/xla-check.md's table of what the check catches, as Markdown."""
     lines = [
         "| rule | applies to | reported as | why | what to do |",
         "|---|---|---|---|---|",
