@@ -238,6 +238,14 @@ class FakeTPUExtended(_input.QuietInputMixin, _TPUInput):
 
     _get_replica_order = _tf.TPUExtended._get_replica_order  # pylint: disable=protected-access
 
+    @property
+    def _replica_order(self):
+        """What TF 2.15's TPUExtended input code reads (set in its __init__ there);
+        TF 2.16 on call `_get_replica_order()`, which reads `_enable_data_reorder`."""
+        if not self._enable_data_reorder:
+            return None
+        return self._get_replica_order(self._tpu_devices[:, 0])
+
     def _get_input_workers(self, options):
         return _tf.input_workers_with_options(self, options)
 
@@ -248,13 +256,14 @@ class FakeTPUExtended(_input.QuietInputMixin, _TPUInput):
 _members.serve(FakeTPUExtended, _members.TPU, _members.EXTENDED)
 
 
-def _checking_reduce_op(method):
-    """`method` (the member table's reduce_to / batch_reduce_to), checking reduce_op first."""
+def _checking_reduce_op(implementation):
+    """`implementation` (the member table's reduce_to / batch_reduce_to), checking
+    reduce_op first."""
 
-    @functools.wraps(method)
+    @functools.wraps(implementation)
     def method(self, reduce_op, *args, **kwargs):
         check_reduce_op(reduce_op)
-        return method(self, reduce_op, *args, **kwargs)
+        return implementation(self, reduce_op, *args, **kwargs)
 
     return method
 
