@@ -213,6 +213,7 @@ def _train_dense(strategy, steps):
     return losses, [np.asarray(c) for c in kernel.values], int(optimizer.iterations.numpy()), len(traces)
 
 
+@pytest.mark.requires_keras3  # Keras 3 SGD and its variables
 def test_keras_sgd_update_gives_the_per_replica_weights(both):
     once_losses, once_kernels, once_iterations, once_traces = _train_dense(both[replicate.ONCE], 3)
     losses, kernels, iterations, traces = _train_dense(both[replicate.PER_REPLICA], 3)
