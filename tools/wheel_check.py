@@ -153,6 +153,14 @@ def setup_cfg_version():
     return config["metadata"]["version"]
 
 
+def declared_entry_points():
+    """The entry point lines setup.cfg declares ("name = module:attr")."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    return [line.strip() for group in config["options.entry_points"].values()
+            for line in group.splitlines() if line.strip()]
+
+
 def build_wheel(python, work):
     dist = work / "dist"
     run([python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
@@ -166,11 +174,11 @@ def build_wheel(python, work):
         entry_points = next(wheel.read(n).decode() for n in names
                             if n.endswith(".dist-info/entry_points.txt"))
     missing = [n for n in (f"{NAME}/py.typed", f"{NAME}/testing/pytest_plugin.py",
-                           f"{NAME}/__main__.py") if n not in names]
+                           f"{NAME}/testing/pytest/hooks.py", f"{NAME}/__main__.py")
+               if n not in names]
     if missing:
         raise CheckFailed(f"the wheel lacks {missing}")
-    for line in ("compat-distribute = compat_distribute.__main__:entry",
-                 "compat_distribute = compat_distribute.testing.pytest_plugin"):
+    for line in declared_entry_points():
         if line not in entry_points:
             raise CheckFailed(f"the wheel's entry_points.txt lacks {line!r}:\n{entry_points}")
     return wheels[0], f"{wheels[0].name}, {len(names)} files"
