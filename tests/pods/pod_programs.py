@@ -20,6 +20,13 @@ STEPS_PER_CALL = 10
 LEARNING_RATE = 0.5
 
 
+
+def _wait_for(condition, timeout_s=30.0):
+    """Polls `condition` until it holds or `timeout_s` passes (the caller asserts)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
 def _replica_ids_summed(strategy):
     import tensorflow as tf
 
@@ -193,7 +200,8 @@ def pod(checkpoint_dir):
 
     # A host dies: the next step fails, naming it, within the timeout.
     os.kill(host_pids[2], 9)
-    time.sleep(1.0)  # the watchdog looks 4 times a second
+    # The watchdog looks 4 times a second; a loaded machine may delay it.
+    _wait_for(lambda: (fake.pod.failure or "").startswith("host 2"))
     out["watchdog"] = fake.pod.failure
     failed_at = time.monotonic()
     try:
@@ -208,7 +216,7 @@ def pod(checkpoint_dir):
 
     # A stopped host would hang every step: the watchdog kills it.
     os.kill(host_pids[1], signal.SIGSTOP)
-    time.sleep(1.0)
+    _wait_for(lambda: (fake.pod.failure or "").startswith("host 1") and not running(host_pids[1]))
     out["stopped_host"] = [fake.pod.failure, running(host_pids[1])]
 
     fake.stop()
