@@ -11,6 +11,7 @@ import tensorflow as tf
 import compat_distribute
 from compat_distribute import __main__ as cli
 from compat_distribute import smoke
+from compat_distribute.smoke import checks as smoke_checks
 from compat_distribute.testing import PRESETS
 from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import fake_tpu
@@ -87,4 +88,4 @@ def test_the_smoke_command_offers_and_runs_on_the_new_slice(new_row):
     target = smoke.target(smoke.choose_backend(args.tpu, topology=args.topology), 1)
     assert (target.device, target.replicas) == ("fake (v9-4, 4 cores on CPU)", 4)
     assert target.info == {"hardware": "fake_tpu", "topology": "v9-4", "hosts": 1}
-    assert smoke.checks.check_replicas(target, {}) == "4 replicas in sync on 4 worker devices"
+    assert smoke_checks.check_replicas(target, {}) == "4 replicas in sync on 4 worker devices"

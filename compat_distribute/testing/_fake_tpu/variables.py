@@ -38,11 +38,18 @@ class _FakeTPUVariableMixin:
         """The copy on the replica's first logical core that has one, as a TPU
         picks it (TF's tpu_replication.get_replicated_var_handle): a variable
         made in `experimental_logical_device(k)` is read from core k."""
-        indices = {_tf.canonicalize_device(v.device): i for i, v in enumerate(self._values)}
-        for device in cores:
-            index = indices.get(_tf.canonicalize_device(device))
-            if index is not None:
-                return index
+        # Every read asks, so the answers are kept: a copy's device never
+        # changes, and canonical names differ only inside and outside graphs.
+        in_graph = not tf.compat.v1.executing_eagerly_outside_functions()
+        cache = self.__dict__.setdefault("_fake_tpu_index_cache", {})
+        key = (tuple(cores), in_graph)
+        if key not in cache:
+            if in_graph not in cache:
+                cache[in_graph] = {_tf.canonicalize_device(v.device): i for i, v in enumerate(self._values)}
+            found = (cache[in_graph].get(_tf.canonicalize_device(d)) for d in cores)
+            cache[key] = next((i for i in found if i is not None), None)
+        if cache[key] is not None:
+            return cache[key]
         # TF's words.
         raise ValueError(
             f"Failed to find a variable on any device in replica "
