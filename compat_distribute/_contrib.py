@@ -288,15 +288,21 @@ def _with_tf1_params(route, target):
             given = signature.bind(*args, **kwargs).arguments
         except TypeError as e:
             raise TypeError(f"{route.spelling}(): {e}. TF1's parameters: {signature}.") from None
-        passed = {}
+        passed, passed_as = {}, {}
         for param in route.params:
             value = given.get(param.name, param.default)
             if param.derived or value is param.default or (
                 isinstance(value, (bool, int)) and value == param.default
             ):
                 continue
+            if param.new in passed_as:  # a TF1 alias and the name it stood for
+                raise TypeError(
+                    f"{route.spelling}(): got both {passed_as[param.new]} and {param.name}, "
+                    f"two names of one argument; pass only {param.new}."
+                )
             if param.new:
                 passed[param.new] = value
+                passed_as[param.new] = param.name
             else:
                 raise ValueError(
                     f"{route.spelling}: {param.name} cannot be mapped onto "

@@ -214,6 +214,23 @@ def test_collective_default_0_on_a_machine_with_gpus_is_refused_naming_the_fix()
     )
 
 
+def test_cross_device_ops_and_its_tf1_alias_together_are_refused_before_building(monkeypatch):
+    calls = []
+    monkeypatch.setattr(tf.distribute, "MirroredStrategy", lambda **kw: calls.append(kw))
+    with cd.installed():
+        with pytest.raises(TypeError) as raised:
+            tf.contrib.distribute.MirroredStrategy(
+                cross_device_ops=tf.distribute.ReductionToOneDevice(),
+                cross_tower_ops=tf.distribute.HierarchicalCopyAllReduce(),
+            )
+        tf.contrib.distribute.MirroredStrategy(cross_tower_ops="ops")
+    assert str(raised.value) == (
+        "tf.contrib.distribute.MirroredStrategy(): got both cross_device_ops and "
+        "cross_tower_ops, two names of one argument; pass only cross_device_ops."
+    )
+    assert calls == [{"cross_device_ops": "ops"}]  # the refused call built nothing
+
+
 def replica_id_sum(strategy):
     @tf.function
     def step():
