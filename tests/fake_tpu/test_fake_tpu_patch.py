@@ -264,11 +264,16 @@ def test_a_tf1_session_built_with_the_configured_config_sees_every_core(run_pyth
                 values = sess.run(strategy.experimental_local_results(sums[0]))
                 print(devices.count("CPU"), [float(v) for v in values])
                 print([t.device[-5:] for t in strategy.experimental_local_results(sums[0])])
+            # A session with its own config, not configure()'s: the same count.
+            one_cpu = tf.compat.v1.ConfigProto(device_count={"CPU": 1})
+            with tf.compat.v1.Session(config=one_cpu) as sess:
+                print([d.device_type for d in sess.list_devices()].count("CPU"))
         """)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split("\n")[-4:] == [
+    assert result.stdout.split("\n")[-5:] == [
         "4 True",
         "4 [1.0, 5.0, 9.0, 13.0]",
         "['CPU:0', 'CPU:1', 'CPU:2', 'CPU:3']",
+        "4",
         "",
     ]
