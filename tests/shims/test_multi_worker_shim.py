@@ -406,6 +406,28 @@ def test_a_resolvers_peer_that_never_starts_is_named_and_the_deadline_ends_the_w
     _assert_named_then_killed(result, "cluster_resolver", ports)
 
 
+def test_in_a_tf1_graph_a_resolvers_cluster_is_not_waited_for(run_python):
+    # TF starts no server outside eager mode: the strategy is built at once, and
+    # the watcher, released with it, says nothing.
+    result = run_python("""
+        import time
+        import tensorflow as tf
+        tf.compat.v1.disable_eager_execution()
+        from compat_distribute import _cluster_wait
+        _cluster_wait.WARN_AFTER_S = 1
+        import compat_distribute as cd
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec({"worker": ["127.0.0.1:1", "127.0.0.1:2"]}),
+            task_type="worker", task_id=0)
+        strategy = cd.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+        time.sleep(2)
+        print(strategy.num_replicas_in_sync, strategy.extended.worker_devices)
+        """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "2 ('/job:worker/replica:0/task:0/device:CPU:0',)"
+    assert "compat_distribute:" not in result.stderr
+
+
 def test_a_resolvers_cluster_is_read_as_tf_config_would_give_it():
     import tensorflow as tf
 
