@@ -56,53 +56,48 @@ def source(tf):
             .batch(16).prefetch(tf.data.AUTOTUNE))
 """
 
+# (a): feed `FEED` seconds from `iterable` (a dataset, or a strategy's distribution
+# of one), drop the iterator, end.
+_FED_FROM = """
+{setup}
+iterator = iter({iterable})
+start = time.time()
+while time.time() - start < FEED:
+    next(iterator)
+fed()
+del iterator
+"""
+_EIGHT_CPUS = """
+from compat_distribute import testing
+testing.set_virtual_devices(8)
+import tensorflow as tf
+"""
+
+
+def _fed_from(setup, iterable):
+    return _FED_FROM.format(setup=textwrap.dedent(setup), iterable=iterable)
+
+
 PROGRAMS = {
-    "plain tf.data, one device": """
-        import tensorflow as tf
-        iterator = iter(source(tf))
-        start = time.time()
-        while time.time() - start < FEED:
-            next(iterator)
-        fed()
-        del iterator
-        """,
-    "v3-8 fake, experimental_distribute_dataset": """
-        from compat_distribute import testing
-        testing.set_virtual_devices(8)
-        import tensorflow as tf
-        strategy = testing.FakeTPUStrategy(testing.FakeTPUClusterResolver("v3-8"))
-        iterator = iter(strategy.experimental_distribute_dataset(source(tf)))
-        start = time.time()
-        while time.time() - start < FEED:
-            next(iterator)
-        fed()
-        del iterator
-        """,
-    "TF MirroredStrategy on 8 CPUs (the fake's input path unfixed)": """
-        from compat_distribute import testing
-        testing.set_virtual_devices(8)
-        import tensorflow as tf
-        strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(8)])
-        iterator = iter(strategy.experimental_distribute_dataset(source(tf)))
-        start = time.time()
-        while time.time() - start < FEED:
-            next(iterator)
-        fed()
-        del iterator
-        """,
+    "plain tf.data, one device": _fed_from("import tensorflow as tf", "source(tf)"),
+    "v3-8 fake, experimental_distribute_dataset": _fed_from(
+        _EIGHT_CPUS + 'strategy = testing.FakeTPUStrategy(testing.FakeTPUClusterResolver("v3-8"))',
+        "strategy.experimental_distribute_dataset(source(tf))",
+    ),
+    "TF MirroredStrategy on 8 CPUs (the fake's input path unfixed)": _fed_from(
+        _EIGHT_CPUS + 'strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(8)])',
+        "strategy.experimental_distribute_dataset(source(tf))",
+    ),
     "Keras 3 fit, no strategy": """
         import tensorflow as tf
         STRATEGY = None
         exec(os.environ["BENCH_FIT"])
         """,
-    "Keras 3 fit, v3-8 fake": """
-        from compat_distribute import testing
-        testing.set_virtual_devices(8)
-        import tensorflow as tf
-        import compat_distribute
-        STRATEGY = compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver("v3-8"))
-        exec(os.environ["BENCH_FIT"])
-        """,
+    "Keras 3 fit, v3-8 fake": _EIGHT_CPUS + """
+import compat_distribute
+STRATEGY = compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver("v3-8"))
+exec(os.environ["BENCH_FIT"])
+""",
 }
 
 _FIT = """
@@ -124,32 +119,26 @@ with STRATEGY.scope() if STRATEGY else contextlib.nullcontext():
 model.fit(data, epochs=10**6, steps_per_epoch=50, callbacks=[StopAfterFeeding()], verbose=0)
 """
 
+# (c): a test feeding `FEED` seconds from `iterable`, then writing when it stopped.
+_PYTEST_FEED = """
+import os, time
+import tensorflow as tf
+def test_feed({fixture}):
+    dataset = tf.data.Dataset.range(10**9).map(
+        lambda x: x * 3, num_parallel_calls=tf.data.AUTOTUNE).batch(16).prefetch(-1)
+    iterator = iter({iterable})
+    start = time.time()
+    while time.time() - start < float(os.environ["BENCH_FEED_S"]):
+        next(iterator)
+    with open(os.environ["BENCH_FED_FILE"], "w") as f:
+        f.write(repr(time.time()))
+"""
+
 _PYTEST_TESTS = {
-    "pytest session, plain tf.data test": """
-        import os, time
-        import tensorflow as tf
-        def test_feed():
-            iterator = iter(tf.data.Dataset.range(10**9).map(
-                lambda x: x * 3, num_parallel_calls=tf.data.AUTOTUNE).batch(16).prefetch(-1))
-            start = time.time()
-            while time.time() - start < float(os.environ["BENCH_FEED_S"]):
-                next(iterator)
-            with open(os.environ["BENCH_FED_FILE"], "w") as f:
-                f.write(repr(time.time()))
-        """,
-    "pytest session, plugin's tpu_strategy (v3-8 fake)": """
-        import os, time
-        import tensorflow as tf
-        def test_feed(tpu_strategy):
-            dataset = tf.data.Dataset.range(10**9).map(
-                lambda x: x * 3, num_parallel_calls=tf.data.AUTOTUNE).batch(16).prefetch(-1)
-            iterator = iter(tpu_strategy.experimental_distribute_dataset(dataset))
-            start = time.time()
-            while time.time() - start < float(os.environ["BENCH_FEED_S"]):
-                next(iterator)
-            with open(os.environ["BENCH_FED_FILE"], "w") as f:
-                f.write(repr(time.time()))
-        """,
+    "pytest session, plain tf.data test": _PYTEST_FEED.format(fixture="", iterable="dataset"),
+    "pytest session, plugin's tpu_strategy (v3-8 fake)": _PYTEST_FEED.format(
+        fixture="tpu_strategy", iterable="tpu_strategy.experimental_distribute_dataset(dataset)"
+    ),
 }
 
 

@@ -9,8 +9,11 @@ collectives once the cluster is up, and the coordination service's register
 timeout does not cover this barrier (both tried on TF 2.21: each still waited).
 
 TensorFlow holds the interpreter (the GIL) while it waits, so no thread of the
-process can speak: a small watcher process does, started by `watching` with
-`python -m` this module and ended when the strategy is built. After
+process can speak, nor can Ctrl-C (SIGINT) end it: a small watcher process
+does, started by `watching` and ended when the strategy is built. It imports
+this package from the folder the process imported it from, and runs in a
+session of its own, so a Ctrl-C at the terminal does not end it and its
+deadline. After
 `WARN_AFTER_S` it writes a warning to stderr naming each task whose address
 accepts no connection yet (a task that has not started), and how to set a
 deadline: `$COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT` seconds, after which it
@@ -43,6 +46,13 @@ _COORDINATED_JOBS = ("chief", "worker")
 _PROBE_TIMEOUT_S = 1.0
 # A day: a deadline past this is a typo.
 _MAX_DEADLINE_S = 86_400.0
+# The watcher's program: this package from the folder holding it, whatever the
+# process's sys.path, PYTHONPATH and working directory (argv: that folder, the job).
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_WATCHER = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from compat_distribute._cluster_wait import main; sys.exit(main(sys.argv[2:]))"
+)
 
 
 def deadline(environ=None):
@@ -64,12 +74,33 @@ def deadline(environ=None):
     return seconds
 
 
+def from_resolver(resolver):
+    """The cluster and task of a cluster resolver, as a `TFConfig` (None where the
+    resolver names no cluster: TensorFlow then builds a one-worker strategy)."""
+    cluster = resolver.cluster_spec().as_dict()
+    if not cluster:
+        return None
+    return TFConfig(
+        cluster={
+            job: addresses if isinstance(addresses, dict) else tuple(addresses)
+            for job, addresses in cluster.items()
+        },
+        task_type=resolver.task_type,
+        task_id=resolver.task_id,
+    )
+
+
+def _indexed(addresses):
+    # A ClusterSpec's sparse job is {index: address}.
+    return addresses.items() if isinstance(addresses, dict) else enumerate(addresses)
+
+
 def _peers(config: TFConfig):
     """[(name, "host:port")] of the tasks TensorFlow waits for, this one left out."""
     return [
         (f"{job} {index}", address)
         for job in _COORDINATED_JOBS
-        for index, address in enumerate(config.cluster.get(job, ()))
+        for index, address in _indexed(config.cluster.get(job, ()))
         if (job, index) != (config.task_type, config.task_id)
     ]
 
@@ -83,18 +114,30 @@ def _answers(address):
     return True
 
 
-def _waiting_text(task, peers, waited_s, limit):
+# Where the cluster came from: how the text names it, the cluster, and a task's place in it.
+SOURCES = {
+    "TF_CONFIG": ("TF_CONFIG", "TF_CONFIG cluster", "its own TF_CONFIG['task']"),
+    "cluster_resolver": (
+        "its cluster_resolver",
+        "cluster in its cluster_resolver",
+        "its own task_type and task_id",
+    ),
+}
+
+
+def _waiting_text(task, peers, waited_s, limit, source="TF_CONFIG"):
+    where, cluster, place = SOURCES[source]
     silent = [f"{name} ({address})" for name, address in peers if not _answers(address)]
     if silent:
         what = (
             f"nothing listens yet at {', '.join(silent)}: start each task with the same "
-            f"TF_CONFIG cluster and its own TF_CONFIG['task'], or correct the addresses"
+            f"{cluster} and {place}, or correct the addresses"
         )
     else:
         what = (
             f"every other task's address answers ({', '.join(n for n, _ in peers)}), but not "
             f"all of them have joined: each must build MultiWorkerMirroredStrategy with the "
-            f"same TF_CONFIG cluster"
+            f"same {cluster}"
         )
     if limit is None:
         deadline_text = (
@@ -106,7 +149,7 @@ def _waiting_text(task, peers, waited_s, limit):
         deadline_text = f"{DEADLINE_ENV}={limit:g} ends this process at {limit:g} s"
     return (
         f"MultiWorkerMirroredStrategy() in task {task} has waited {waited_s:g} s for the "
-        f"other tasks of its cluster (TF_CONFIG): {what}. {deadline_text}."
+        f"other tasks of its cluster ({where}): {what}. {deadline_text}."
     )
 
 
@@ -122,18 +165,18 @@ def _released_within(seconds):
 
 
 def main(argv):
-    """The watcher (see the module): `python -m compat_distribute._cluster_wait JSON`."""
+    """The watcher (see the module): `main([JSON])`."""
     job = json.loads(argv[0])
     parent, task, warn_after, limit = job["parent"], job["task"], job["warn_after"], job["limit"]
-    peers = [tuple(peer) for peer in job["peers"]]
+    peers, source = [tuple(peer) for peer in job["peers"]], job["source"]
     first = warn_after if limit is None else min(warn_after, limit)
     if _released_within(first):
         return 0
     if limit is None or first < limit:
-        _say(f"warning: {_waiting_text(task, peers, first, limit)}")
+        _say(f"warning: {_waiting_text(task, peers, first, limit, source)}")
     if limit is None or _released_within(limit - first):
         return 0
-    text = _waiting_text(task, peers, limit, limit)
+    text = _waiting_text(task, peers, limit, limit, source)
     if _released_within(0):  # the strategy came up while the peers were probed
         return 0
     _say(f"error: {text} Killing it now (SIGKILL).")
@@ -142,10 +185,11 @@ def main(argv):
 
 
 @contextlib.contextmanager
-def watching(config: TFConfig | None, limit=None):
+def watching(config: TFConfig | None, limit=None, source="TF_CONFIG"):
     """Watches the block (TensorFlow building the strategy) for the cluster of
     `config` (None, or a cluster of one task: nothing to wait for); `limit`:
-    seconds after which the process is killed, or None (see the module)."""
+    seconds after which the process is killed, or None (see the module);
+    `source`: where the cluster came from, a key of `SOURCES`."""
     if config is None or config.task_type not in _COORDINATED_JOBS or not _peers(config):
         yield
         return
@@ -155,11 +199,13 @@ def watching(config: TFConfig | None, limit=None):
         "warn_after": WARN_AFTER_S,
         "limit": limit,
         "peers": _peers(config),
+        "source": source,
     }
     watcher = subprocess.Popen(
-        [sys.executable, "-m", __name__, json.dumps(job)],
+        [sys.executable, "-c", _WATCHER, _PACKAGE_PARENT, json.dumps(job)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
+        start_new_session=True,  # the terminal's Ctrl-C reaches the process, not its deadline
     )
     try:
         yield
@@ -170,7 +216,3 @@ def watching(config: TFConfig | None, limit=None):
         except subprocess.TimeoutExpired:
             watcher.kill()
             watcher.wait()
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -28,8 +28,8 @@ class Param:
     name: str
     default: object = None
     new: str = ""  # passed on under this name when given
-    same_in_tf2: object = None  # predicate: values that TF2 already gives without it
-    advice: str = ""  # what to write instead, for any other value
+    advice: str = ""  # what to write instead, for any value but the default
+    derived: bool = False  # read by the route's `derive`, not passed on itself
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +42,9 @@ class Route:
     versions: str  # the TensorFlow versions whose tf.contrib had it
     params: tuple = ()  # TF1's parameters in order, where they differ from the target's
     note: str = ""
+    # derive(route, given, gpu_count) -> keywords for the target, from the `derived` params
+    # (`given`: every TF1 parameter's value; `gpu_count`: the GPUs this process sees)
+    derive: object = None
 
     @property
     def spelling(self):
@@ -54,26 +57,74 @@ class Route:
         return f"tf.{attr}" if module == "tensorflow" else f"compat_distribute.{attr}"
 
 
-def _gpus():
+def _gpu_count():
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+    # The visible physical GPUs: listing logical devices would start the runtime,
+    # which MultiWorkerMirroredStrategy must configure first.
     return len(tf.config.get_visible_devices("GPU"))
-
-
-def _is_gpu_count(value):
-    # TF2's strategies use every visible GPU (or the CPU when there is none).
-    return value == _gpus()
 
 
 _CHOOSE_GPUS = (
     "TF2 uses every GPU the process sees. Choose them with CUDA_VISIBLE_DEVICES or "
-    "tf.config.set_visible_devices(...) before building the strategy, and drop the argument"
+    "tf.config.set_visible_devices(...) before building the strategy"
 )
+_CPU_ONLY = (
+    'for the CPU only, hide the GPUs before building the strategy (CUDA_VISIBLE_DEVICES="" '
+    'or tf.config.set_visible_devices([], "GPU"))'
+)
+
+
+def _gpus_argument(route, name, value, gpu_count):
+    """`value` of the GPU count `name`, checked: an int from 0 to `gpu_count`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= gpu_count:
+        raise ValueError(
+            f"{route.spelling}: {name} must be an int from 0 (the CPU only) to the number of "
+            f"GPUs this process sees ({gpu_count}); got {_validate.show(value)}. "
+            f"{_CHOOSE_GPUS}."
+        )
+    return value
+
+
+def _mirrored_devices(route, given, gpu_count):
+    """TF 1.15's contrib MirroredStrategy: `num_gpus` (or its alias
+    `num_gpus_per_worker`) GPUs, or the CPU when 0; exclusive with `devices`."""
+    named = [n for n in ("num_gpus", "num_gpus_per_worker") if given.get(n) is not None]
+    if not named:
+        return {}
+    if len(named) == 2:
+        raise ValueError(
+            f"{route.spelling}: got both num_gpus and num_gpus_per_worker (the same count in "
+            f"TF1); pass only num_gpus."
+        )
+    if given.get("devices") is not None:
+        raise ValueError(
+            f"{route.spelling}: got both devices and {named[0]}; pass only devices, or only "
+            f"{named[0]}."
+        )
+    count = _gpus_argument(route, named[0], given[named[0]], gpu_count)
+    return {"devices": tuple(f"/device:GPU:{i}" for i in range(count)) or ("/device:CPU:0",)}
+
+
+def _collective_gpus(route, given, gpu_count):
+    """TF 1.15's contrib CollectiveAllReduceStrategy: `num_gpus_per_worker` GPUs,
+    default 0, the CPU only. TF2's takes no device list: it uses every visible
+    GPU, so a count other than that is refused."""
+    count = _gpus_argument(route, "num_gpus_per_worker", given["num_gpus_per_worker"], gpu_count)
+    if count != gpu_count:
+        raise ValueError(
+            f"{route.spelling}: num_gpus_per_worker={count} (TF1's default is 0, the CPU "
+            f"only) cannot be honoured: TF2's strategy uses every GPU this process sees "
+            f"({gpu_count}). Pass num_gpus_per_worker={gpu_count} to use them all; "
+            f"{_CPU_ONLY}; or choose GPUs with CUDA_VISIBLE_DEVICES."
+        )
+    return {}
+
 
 _MIRRORED_PARAMS = (
     Param("devices", new="devices"),
-    Param("num_gpus", same_in_tf2=_is_gpu_count, advice=_CHOOSE_GPUS + ", or pass devices=[...]"),
-    Param("num_gpus_per_worker", same_in_tf2=_is_gpu_count, advice=_CHOOSE_GPUS),
+    Param("num_gpus", derived=True),
+    Param("num_gpus_per_worker", derived=True),
     Param("cross_device_ops", new="cross_device_ops"),
     Param(
         "auto_shard_dataset",
@@ -86,7 +137,7 @@ _MIRRORED_PARAMS = (
 )
 
 _COLLECTIVE_PARAMS = (
-    Param("num_gpus_per_worker", default=0, same_in_tf2=_is_gpu_count, advice=_CHOOSE_GPUS),
+    Param("num_gpus_per_worker", default=0, derived=True),
     Param("communication", new="communication"),
 )
 
@@ -98,13 +149,15 @@ ROUTES = (
           _TF + "tpu.experimental.initialize_tpu_system", "1.14-1.15"),
     Route("distribute", "CollectiveAllReduceStrategy",
           "compat_distribute.multi_worker:MultiWorkerMirroredStrategy", "1.12-1.15",
-          params=_COLLECTIVE_PARAMS,
-          note="`communication` passed on; `num_gpus_per_worker` accepted when it is the "
-          "number of visible GPUs, refused otherwise (choose GPUs with CUDA_VISIBLE_DEVICES)"),
+          params=_COLLECTIVE_PARAMS, derive=_collective_gpus,
+          note="`communication` passed on; `num_gpus_per_worker` (default 0: the CPU only) "
+          "accepted when it is the number of visible GPUs, refused otherwise (TF2 uses every "
+          "visible GPU: choose them with CUDA_VISIBLE_DEVICES)"),
     Route("distribute", "MirroredStrategy", _TF + "distribute.MirroredStrategy", "1.12-1.15",
-          params=_MIRRORED_PARAMS,
-          note="`devices`, `cross_device_ops` (and `cross_tower_ops`) passed on; `num_gpus` "
-          "and `num_gpus_per_worker` accepted when they are the number of visible GPUs"),
+          params=_MIRRORED_PARAMS, derive=_mirrored_devices,
+          note="`devices`, `cross_device_ops` (or `cross_tower_ops`) passed on; `num_gpus` "
+          "(or `num_gpus_per_worker`) N becomes `devices` GPU 0 to N-1, and 0 the CPU, as in "
+          "TF 1.15"),
     Route("distribute", "OneDeviceStrategy", _TF + "distribute.OneDeviceStrategy", "1.12-1.15"),
     Route("distribute", "DistributionStrategy", _TF + "compat.v1.distribute.Strategy", "1.12-1.15"),
     Route("distribute", "DistributionStrategyExtended",
@@ -235,20 +288,29 @@ def _with_tf1_params(route, target):
             given = signature.bind(*args, **kwargs).arguments
         except TypeError as e:
             raise TypeError(f"{route.spelling}(): {e}. TF1's parameters: {signature}.") from None
-        passed = {}
+        passed, passed_as = {}, {}
         for param in route.params:
             value = given.get(param.name, param.default)
-            if value is param.default or (
+            if param.derived or value is param.default or (
                 isinstance(value, (bool, int)) and value == param.default
             ):
                 continue
+            if param.new in passed_as:  # a TF1 alias and the name it stood for
+                raise TypeError(
+                    f"{route.spelling}(): got both {passed_as[param.new]} and {param.name}, "
+                    f"two names of one argument; pass only {param.new}."
+                )
             if param.new:
                 passed[param.new] = value
-            elif not (param.same_in_tf2 and param.same_in_tf2(value)):
+                passed_as[param.new] = param.name
+            else:
                 raise ValueError(
                     f"{route.spelling}: {param.name} cannot be mapped onto "
                     f"{route.target_spelling}; got {_validate.show(value)}. {param.advice}."
                 )
+        if route.derive:
+            values = {p.name: given.get(p.name, p.default) for p in route.params}
+            passed.update(route.derive(route, values, _gpu_count()))
         return target(**passed)
 
     build.__name__ = build.__qualname__ = route.name

@@ -111,7 +111,17 @@ def install():
 
 
 def uninstall():
-    """Restores TensorFlow's own objects and removes `tf.contrib`. A no-op when not installed."""
+    """Restores TensorFlow's own objects and removes `tf.contrib`. A no-op when not installed.
+
+    It restores only what `install()` changed. Two process-wide changes come
+    from building the shims' strategies, installed or not, and stay: Keras'
+    `compile` taking `steps_per_execution` from a strategy's `steps_per_run`
+    (`compat_distribute.keras.compile_takes_steps_per_run`, started by a
+    `TPUStrategy` with `steps_per_run > 1`) and distributed input whose
+    per-device pipelines run without tf.data autotuning (started by the first
+    distributed dataset). Strategies built before `uninstall()` keep working
+    with them; neither changes a program that uses no such strategy.
+    """
     global _patch
     if _patch is not None:
         _patch.stop()

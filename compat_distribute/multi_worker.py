@@ -54,10 +54,11 @@ class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf.CollectiveAllReduceS
     it): malformed JSON or a misspelt key raises `ValueError` naming
     `TF_CONFIG`, the key or position, and what is accepted, where TF would
     raise a bare `JSONDecodeError` or build a one-replica strategy; so is an
-    empty or blank one. A task of that cluster that has not started after
-    30 s is named in a warning line on stderr (from a watcher process: TensorFlow
-    holds the interpreter while it waits), and
-    `$COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT` (seconds) bounds the wait.
+    empty or blank one. A task of the cluster (from TF_CONFIG or any
+    `cluster_resolver`) that has not started after 30 s is named in a warning
+    line on stderr (from a watcher process: TensorFlow holds the interpreter
+    while it waits), and `$COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT` (seconds)
+    bounds the wait.
     """
 
     def __init__(self, communication=CollectiveCommunication.AUTO, cluster_resolver=None):
@@ -68,11 +69,12 @@ class MultiWorkerMirroredStrategy(_steps.RunStepsMixin, _tf.CollectiveAllReduceS
             tpu=False,
             is_tpu=tpu.is_tpu_resolver(cluster_resolver),
         )
-        config = None
         if cluster_resolver is None or _reads_tf_config(cluster_resolver):
-            config = _tf_config.from_environment()
+            config, source = _tf_config.from_environment(), "TF_CONFIG"
+        else:  # TF waits for the tasks of any resolver's cluster alike
+            config, source = _cluster_wait.from_resolver(cluster_resolver), "cluster_resolver"
         limit = _cluster_wait.deadline()
-        with _cluster_wait.watching(config, limit):
+        with _cluster_wait.watching(config, limit, source):
             # Keywords only: V1 and V2 take these two in opposite orders.
             super().__init__(
                 cluster_resolver=cluster_resolver,

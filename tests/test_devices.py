@@ -55,6 +55,33 @@ def test_a_memory_limit_that_is_not_a_positive_int_is_refused(memory_limit_mb, e
     )
 
 
+def test_a_memory_limit_on_cpu_is_refused_naming_the_fix():
+    with pytest.raises(ValueError) as info:
+        set_virtual_devices(2, "CPU", memory_limit_mb=512)
+    assert str(info.value) == (
+        "memory_limit_mb applies to GPU devices only: TensorFlow does not support a memory "
+        "limit on CPU devices; got memory_limit_mb=512 with device_type='CPU'. Drop "
+        "memory_limit_mb, or pass device_type='GPU'."
+    )
+
+
+def test_tensorflow_itself_refuses_a_cpu_memory_limit(run_python):
+    # Why the limit is refused rather than passed on: TF's runtime rejects it.
+    result = run_python("""
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        limited = tf.config.LogicalDeviceConfiguration(memory_limit=512)
+        try:
+            tf.config.set_logical_device_configuration(cpu, [limited, limited])
+        except ValueError as error:
+            print(error)
+        """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == (
+        "Setting memory limit on CPU virtual devices is currently not supported"
+    )
+
+
 LIMIT_TEXT = (
     f"must be at most {MAX_DEVICES} (compat_distribute.testing.devices.MAX_DEVICES, the most "
     f"virtual devices one process gets); got {{n}}. Ask for as many devices as the tests "

@@ -13,6 +13,7 @@ if typing.TYPE_CHECKING:  # what IDEs and type checkers see; at run time, the ta
     from compat_distribute.testing._fake_tpu import FakeTPUClusterResolver, FakeTPUStrategy
     from compat_distribute.testing._fake_tpu import fake_tpu
     from compat_distribute.testing._fake_tpu import initialize_tpu_system, shutdown_tpu_system
+    from compat_distribute.testing._fake_tpu.replicate import set_trace_mode
     from compat_distribute.testing.cluster import ClusterError, ClusterTaskError
     from compat_distribute.testing.cluster import ClusterTimeoutError, LaunchHooks
     from compat_distribute.testing.cluster import LocalCluster, TFConfig, current_task
@@ -55,6 +56,7 @@ __getattr__, __dir__, __all__ = _lazy.attach(
             "initialize_tpu_system",
             "shutdown_tpu_system",
         ),
+        "compat_distribute.testing._fake_tpu.replicate": ("set_trace_mode",),
         "compat_distribute.testing.testcase": ("TestCase",),
         "compat_distribute.testing.xla_check": (
             "TPUCompatibilityError",

@@ -46,15 +46,16 @@ def _too_late(n, device_type, existing):
     )
 
 
-def set_virtual_devices(n, device_type="CPU", *, memory_limit_mb=DEFAULT_GPU_MEMORY_MB):
+def set_virtual_devices(n, device_type="CPU", *, memory_limit_mb=None):
     """Splits the first physical `device_type` device into `n` logical devices.
 
     Returns the names of the first `n` logical devices. A configuration that
     already has more devices is kept, so calls for different counts compose.
     Called after the runtime started, it succeeds if at least `n` logical
     devices already exist and raises `RuntimeError` otherwise. For "GPU",
-    each logical device gets `memory_limit_mb` of memory. `n` is at most
-    `MAX_DEVICES`.
+    each logical device gets `memory_limit_mb` of memory (default
+    `DEFAULT_GPU_MEMORY_MB`); for "CPU" it is refused, as TensorFlow refuses
+    a memory limit on CPU devices. `n` is at most `MAX_DEVICES`.
     """
     n = check_count("n", n)
     if device_type not in DEVICE_TYPES:
@@ -62,6 +63,14 @@ def set_virtual_devices(n, device_type="CPU", *, memory_limit_mb=DEFAULT_GPU_MEM
             f"device_type must be one of {DEVICE_TYPES}; got {device_type!r}. TPU cores "
             f"are faked with compat_distribute.testing.FakeTPUClusterResolver."
         )
+    if device_type == "CPU" and memory_limit_mb is not None:
+        raise ValueError(
+            f"memory_limit_mb applies to GPU devices only: TensorFlow does not support a "
+            f"memory limit on CPU devices; got memory_limit_mb={memory_limit_mb!r} with "
+            f"device_type='CPU'. Drop memory_limit_mb, or pass device_type='GPU'."
+        )
+    if memory_limit_mb is None:
+        memory_limit_mb = DEFAULT_GPU_MEMORY_MB
     memory_limit_mb = _validate.positive_int(
         "memory_limit_mb",
         memory_limit_mb,

@@ -13,6 +13,7 @@ from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import FakeTPUStrategy
 from compat_distribute.testing import fake_tpu
 from compat_distribute.testing import initialize_tpu_system
+from compat_distribute.testing import set_trace_mode
 from compat_distribute.testing import shutdown_tpu_system
 
 from fake_tpu_helpers import CPU, values
@@ -264,11 +265,41 @@ def test_a_tf1_session_built_with_the_configured_config_sees_every_core(run_pyth
                 values = sess.run(strategy.experimental_local_results(sums[0]))
                 print(devices.count("CPU"), [float(v) for v in values])
                 print([t.device[-5:] for t in strategy.experimental_local_results(sums[0])])
+            # A session with its own config, not configure()'s: the same count.
+            one_cpu = tf.compat.v1.ConfigProto(device_count={"CPU": 1})
+            with tf.compat.v1.Session(config=one_cpu) as sess:
+                print([d.device_type for d in sess.list_devices()].count("CPU"))
         """)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split("\n")[-4:] == [
+    assert result.stdout.split("\n")[-5:] == [
         "4 True",
         "4 [1.0, 5.0, 9.0, 13.0]",
         "['CPU:0', 'CPU:1', 'CPU:2', 'CPU:3']",
+        "4",
         "",
     ]
+
+
+def _replica_id_is_static(strategy):
+    @tf.function
+    def step():
+        replica_id = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.constant(tf.get_static_value(replica_id) is not None)
+
+    return [bool(v) for v in strategy.experimental_local_results(strategy.run(step))]
+
+
+def test_set_trace_mode_is_public_and_sets_one_strategys_mode():
+    import compat_distribute.testing
+    from compat_distribute.testing._fake_tpu import replicate
+
+    assert "set_trace_mode" in compat_distribute.testing.__all__
+    assert set_trace_mode is replicate.set_trace_mode
+    once = FakeTPUStrategy(FakeTPUClusterResolver("v2-8"))
+    per_replica = FakeTPUStrategy(FakeTPUClusterResolver("v2-8"))
+    set_trace_mode(per_replica, "per_replica")
+    # One trace for all cores: the replica id is a tensor; one per replica: a constant.
+    assert _replica_id_is_static(once) == [False] * 8
+    assert _replica_id_is_static(per_replica) == [True] * 8
+    with pytest.raises(ValueError, match=r"mode must be one of \('per_replica', 'once'\)"):
+        set_trace_mode(once, "each")

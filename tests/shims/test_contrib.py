@@ -108,11 +108,10 @@ def test_collective_all_reduce_strategy_maps_its_tf1_keywords():
     assert options.implementation is tf.distribute.experimental.CommunicationImplementation.RING
     assert float(strategy.reduce("SUM", strategy.run(lambda: tf.constant(3.0)))) == 3.0
     assert str(raised.value) == (
-        "tf.contrib.distribute.CollectiveAllReduceStrategy: num_gpus_per_worker cannot be "
-        "mapped onto compat_distribute.MultiWorkerMirroredStrategy; got 2 (int). TF2 uses "
-        "every GPU the process sees. Choose them with CUDA_VISIBLE_DEVICES or "
-        "tf.config.set_visible_devices(...) before building the strategy, and drop the "
-        "argument."
+        "tf.contrib.distribute.CollectiveAllReduceStrategy: num_gpus_per_worker must be an int "
+        "from 0 (the CPU only) to the number of GPUs this process sees (0); got 2 (int). TF2 "
+        "uses every GPU the process sees. Choose them with CUDA_VISIBLE_DEVICES or "
+        "tf.config.set_visible_devices(...) before building the strategy."
     )
     assert str(unknown.value) == (
         "tf.contrib.distribute.CollectiveAllReduceStrategy(): got an unexpected keyword "
@@ -125,7 +124,6 @@ def test_mirrored_strategy_takes_tf1_keywords_where_tf2_does_the_same():
     with cd.installed():
         strategy = tf.contrib.distribute.MirroredStrategy(
             ["/cpu:0", "/cpu:1"],
-            num_gpus=0,
             cross_tower_ops=tf.distribute.ReductionToOneDevice(),
         )
         with pytest.raises(ValueError, match="auto_shard_dataset cannot be mapped onto "
@@ -135,6 +133,102 @@ def test_mirrored_strategy_takes_tf1_keywords_where_tf2_does_the_same():
     assert strategy.num_replicas_in_sync == 2
     assert isinstance(strategy.extended._cross_device_ops,  # pylint: disable=protected-access
                       tf.distribute.ReductionToOneDevice)
+
+
+MIRRORED = next(r for r in _contrib.ROUTES if r.name == "MirroredStrategy")
+COLLECTIVE = next(r for r in _contrib.ROUTES if r.name == "CollectiveAllReduceStrategy")
+NO_COUNT = {"devices": None, "num_gpus": None, "num_gpus_per_worker": None}
+
+
+# TF 1.15's contrib MirroredStrategy: num_gpus (or num_gpus_per_worker) N meant
+# GPUs 0..N-1 and 0 the CPU alone, on a machine with GPUs too. No GPU here: the
+# device lists are computed for a machine that sees two.
+@pytest.mark.parametrize(
+    "given, devices",
+    [
+        ({}, None),
+        ({"devices": ["/cpu:0"]}, None),
+        ({"num_gpus": 0}, ("/device:CPU:0",)),
+        ({"num_gpus_per_worker": 0}, ("/device:CPU:0",)),
+        ({"num_gpus": 1}, ("/device:GPU:0",)),
+        ({"num_gpus_per_worker": 2}, ("/device:GPU:0", "/device:GPU:1")),
+    ],
+)
+def test_mirrored_gpu_count_becomes_tf1s_device_list(given, devices):
+    derived = _contrib._mirrored_devices(MIRRORED, NO_COUNT | given, 2)
+    assert derived == ({} if devices is None else {"devices": devices})
+
+
+@pytest.mark.parametrize(
+    "given, text",
+    [
+        ({"num_gpus": 0, "num_gpus_per_worker": 0},
+         "got both num_gpus and num_gpus_per_worker (the same count in TF1); pass only "
+         "num_gpus."),
+        ({"devices": ["/cpu:0"], "num_gpus": 0},
+         "got both devices and num_gpus; pass only devices, or only num_gpus."),
+        ({"num_gpus": 3},
+         "num_gpus must be an int from 0 (the CPU only) to the number of GPUs this process "
+         "sees (2); got 3 (int). TF2 uses every GPU the process sees. Choose them with "
+         "CUDA_VISIBLE_DEVICES or tf.config.set_visible_devices(...) before building the "
+         "strategy."),
+        ({"num_gpus_per_worker": -1}, "num_gpus_per_worker must be an int from 0"),
+        ({"num_gpus": True}, "num_gpus must be an int from 0"),
+    ],
+)
+def test_mirrored_gpu_counts_tf1_refused_are_refused(given, text):
+    with pytest.raises(ValueError) as raised:
+        _contrib._mirrored_devices(MIRRORED, NO_COUNT | given, 2)
+    assert str(raised.value).startswith("tf.contrib.distribute.MirroredStrategy: " + text)
+
+
+CPU0 = ("/job:localhost/replica:0/task:0/device:CPU:0",)
+
+
+def test_mirrored_num_gpus_0_builds_on_the_cpu_eager_and_in_a_graph():
+    with cd.installed():
+        eager = tf.contrib.distribute.MirroredStrategy(num_gpus=0)
+        with tf.Graph().as_default():
+            graph = tf.contrib.distribute.MirroredStrategy(num_gpus_per_worker=0)
+        with pytest.raises(ValueError, match="got both devices and num_gpus;"):
+            tf.contrib.distribute.MirroredStrategy(["/cpu:0"], num_gpus=0)
+    assert eager.extended.worker_devices == CPU0
+    assert graph.extended.worker_devices == ("/replica:0/task:0/device:CPU:0",)  # no job in a graph
+
+
+@pytest.mark.parametrize("count, seen", [(0, 0), (2, 2)])
+def test_collective_gpu_count_that_tf2_gives_is_taken(count, seen):
+    assert _contrib._collective_gpus(COLLECTIVE, {"num_gpus_per_worker": count}, seen) == {}
+
+
+def test_collective_default_0_on_a_machine_with_gpus_is_refused_naming_the_fix():
+    # TF1's default meant the CPU only; TF2's strategy would take both GPUs.
+    with pytest.raises(ValueError) as raised:
+        _contrib._collective_gpus(COLLECTIVE, {"num_gpus_per_worker": 0}, 2)
+    assert str(raised.value) == (
+        "tf.contrib.distribute.CollectiveAllReduceStrategy: num_gpus_per_worker=0 (TF1's "
+        "default is 0, the CPU only) cannot be honoured: TF2's strategy uses every GPU this "
+        "process sees (2). Pass num_gpus_per_worker=2 to use them all; for the CPU only, hide "
+        'the GPUs before building the strategy (CUDA_VISIBLE_DEVICES="" or '
+        'tf.config.set_visible_devices([], "GPU")); or choose GPUs with CUDA_VISIBLE_DEVICES.'
+    )
+
+
+def test_cross_device_ops_and_its_tf1_alias_together_are_refused_before_building(monkeypatch):
+    calls = []
+    monkeypatch.setattr(tf.distribute, "MirroredStrategy", lambda **kw: calls.append(kw))
+    with cd.installed():
+        with pytest.raises(TypeError) as raised:
+            tf.contrib.distribute.MirroredStrategy(
+                cross_device_ops=tf.distribute.ReductionToOneDevice(),
+                cross_tower_ops=tf.distribute.HierarchicalCopyAllReduce(),
+            )
+        tf.contrib.distribute.MirroredStrategy(cross_tower_ops="ops")
+    assert str(raised.value) == (
+        "tf.contrib.distribute.MirroredStrategy(): got both cross_device_ops and "
+        "cross_tower_ops, two names of one argument; pass only cross_device_ops."
+    )
+    assert calls == [{"cross_device_ops": "ops"}]  # the refused call built nothing
 
 
 def replica_id_sum(strategy):

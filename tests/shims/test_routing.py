@@ -1,5 +1,7 @@
 """install() routes every historical spelling to the shims; uninstall() restores TF exactly."""
 
+import json
+
 import pytest
 import tensorflow as tf
 
@@ -265,3 +267,52 @@ def test_tf2_0_multi_worker_strategy_with_communication_then_experimental_run_v2
     assert float(strategy.reduce("SUM", result)) == 3.0
     options = strategy.extended._communication_options  # pylint: disable=protected-access
     assert options.implementation is tf.distribute.experimental.CommunicationImplementation.RING
+
+
+# What uninstall() leaves: the two process-wide changes that building a shim's
+# strategy makes (documented in uninstall's docstring and docs/migration.md).
+UNINSTALL_LEAVES = """
+    import json
+    import tensorflow as tf
+    import compat_distribute as cd
+    from compat_distribute import _patching, _tf
+    from compat_distribute.testing import fake_tpu
+
+    def started():
+        owner = next(c for c in tf.keras.Model.__mro__ if "compile" in vars(c))
+        return {
+            "compile": len(_patching.values(owner, "compile")),
+            "input": len(_patching.values(_tf.multi_device_iterator_ops,
+                                          "_create_device_dataset")),
+        }
+
+    out = {"before": started()}
+    with fake_tpu("v5litepod-1"):  # one replica: Keras 3 takes steps_per_execution
+        cd.install()
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver("")
+        strategy = tf.distribute.experimental.TPUStrategy(resolver, steps_per_run=2)
+        dataset = tf.data.Dataset.range(16).batch(4)
+        first = next(iter(strategy.experimental_distribute_dataset(dataset)))
+        out["replicas"] = len(strategy.experimental_local_results(first))
+        cd.uninstall()
+        out["routed_after_uninstall"] = tf.distribute.experimental.TPUStrategy is cd.TPUStrategy
+        out["after"] = started()
+        with strategy.scope():
+            model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+            model.compile("sgd", "mse")
+        out["steps_per_execution"] = int(model.steps_per_execution)
+    print(json.dumps(out))
+"""
+
+
+def test_uninstall_leaves_the_strategies_process_wide_changes_on(run_python):
+    result = run_python(UNINSTALL_LEAVES, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out == {
+        "before": {"compile": 0, "input": 0},
+        "replicas": 1,
+        "routed_after_uninstall": False,
+        "after": {"compile": 1, "input": 1},
+        "steps_per_execution": 2,  # the strategy built before uninstall() still gives it
+    }

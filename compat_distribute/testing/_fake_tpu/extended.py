@@ -11,6 +11,7 @@ from compat_distribute import _input
 from compat_distribute import _members
 from compat_distribute import _validate
 from compat_distribute.testing import _tf
+from compat_distribute.testing._fake_tpu import system
 from compat_distribute.testing._fake_tpu import variables
 
 
@@ -110,18 +111,9 @@ class FakeTPUExtended(_input.QuietInputMixin, _TPUInput):
     _configure = _tf.TPUExtended._configure  # pylint: disable=protected-access
 
     def _update_config_proto(self, config_proto):
-        """TPUExtended's, and the session sees the fake's cores.
-
-        A TF1 `Session(config=...)` takes its devices from that config alone,
-        not from the runtime's virtual devices: with no CPU count it has one
-        CPU, and the replicas' ops on CPU:1.. fail to place (or, with soft
-        placement, all run on CPU:0).
-        """
+        """TPUExtended's, and the session sees the fake's cores (`system.sees_every_cpu`)."""
         tpu_update = _tf.TPUExtended._update_config_proto  # pylint: disable=protected-access
-        updated = tpu_update(self, config_proto)
-        cpus = len(tf.config.list_logical_devices("CPU"))
-        updated.device_count["CPU"] = max(updated.device_count.get("CPU", 0), cpus)
-        return updated
+        return system.sees_every_cpu(tpu_update(self, config_proto))
 
     @property
     def worker_devices(self):

@@ -173,11 +173,9 @@ def session_arguments(target, config):
     A session on a fake's address runs in this process, and a config whose
     `cluster_def` names only fake addresses (copied from the resolver's
     `cluster_spec()`) loses it. A session in this process sees every logical
-    CPU, whatever `device_count` the config asked for, as a session on a TPU
-    worker sees all its cores: without that, TensorFlow gives a session with
-    its own config one CPU, and the replicas' ops on the other cores fail to
-    place, or, with soft placement, all run on CPU:0. Other targets are left
-    as they are.
+    CPU (`sees_every_cpu`), whatever `device_count` the config asked for, as a
+    session on a TPU worker sees all its cores. Other targets are left as they
+    are.
     """
     if not ACTIVE:
         return target, config
@@ -190,9 +188,17 @@ def session_arguments(target, config):
         updated.CopyFrom(config)
     if _only_fake_tasks(updated.cluster_def):
         updated.ClearField("cluster_def")
+    return "", sees_every_cpu(updated)
+
+
+def sees_every_cpu(config):
+    """`config` (a `ConfigProto`, changed in place) with a CPU count of at least
+    the process's logical CPUs: a TF1 `Session` takes its devices from its
+    config alone, so without it the session has one CPU, and the replicas' ops
+    on CPU:1.. fail to place (or, with soft placement, all run on CPU:0)."""
     cpus = len(tf.config.list_logical_devices("CPU"))
-    updated.device_count["CPU"] = max(updated.device_count.get("CPU", 0), cpus)
-    return "", updated
+    config.device_count["CPU"] = max(config.device_count.get("CPU", 0), cpus)
+    return config
 
 
 def _session_init(original):
