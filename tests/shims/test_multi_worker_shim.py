@@ -307,19 +307,19 @@ def test_a_peer_that_never_starts_is_named_and_the_deadline_ends_the_wait(run_py
     result = run_python(
         _ONE_OF_TWO_WORKERS,
         timeout=120,
-        env={"TF_CONFIG": tf_config, _cluster_wait.DEADLINE_ENV: "8"},
+        env={"TF_CONFIG": tf_config, _cluster_wait.DEADLINE_ENV: "4"},
     )
     waiting = (
         "MultiWorkerMirroredStrategy() in task worker 0 has waited {waited} s for the other "
         "tasks of its cluster (TF_CONFIG): nothing listens yet at worker 1 "
         f"(127.0.0.1:{ports[1]}): start each task with the same TF_CONFIG cluster and its own "
         "TF_CONFIG['task'], or correct the addresses. "
-        "COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT=8 ends this process at 8 s."
+        "COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT=4 ends this process at 4 s."
     )
     lines = [line for line in result.stderr.splitlines() if line.startswith("compat_distribute:")]
     assert lines == [
         "compat_distribute: warning: " + waiting.format(waited=2),
-        "compat_distribute: error: " + waiting.format(waited=8) + " Killing it now (SIGKILL).",
+        "compat_distribute: error: " + waiting.format(waited=4) + " Killing it now (SIGKILL).",
     ], result.stderr[-3000:]
     assert result.stdout == "building\n"
     assert result.returncode == -9
