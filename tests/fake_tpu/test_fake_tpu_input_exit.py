@@ -30,6 +30,9 @@ TEARDOWN_BOUND_SECONDS = 5
 # The whole process, to its exit (Python's own finalisation takes seconds more
 # on a busy machine, beside two other TensorFlow processes; fixed: 1.5-4 s).
 EXIT_BOUND_SECONDS = 20
+# A pause after each step: the stall grows with the time since the iterators
+# were built, not with the batches fed, so the programs need not spin the CPU.
+PACE_SECONDS = 0.02
 # Keras fit feeds at least this many batches: the kernel below reaches 2.0 to
 # 4 decimals in ~50 SGD steps, whatever the machine's speed.
 MIN_BATCHES = 100
@@ -42,6 +45,8 @@ import tensorflow as tf
 FEED_SECONDS = {FEED_SECONDS}
 MIN_BATCHES = {MIN_BATCHES}
 GLOBAL_BATCH = 16  # 2 elements a replica
+def pace():
+    time.sleep({PACE_SECONDS})
 def source():
     return (
         tf.data.Dataset.range(10**9)
@@ -121,6 +126,7 @@ EAGER = """
             assert [v.numpy().tolist() for v in values] == [
                 expected(step, r) for r in range(8)], step
             step += 1
+            pace()
         fed()
         del iterator, values
         torn_down()
@@ -143,6 +149,7 @@ TF1_SESSION = """
                 assert [v.tolist() for v in values] == [
                     expected(step, r) for r in range(8)], step
                 step += 1
+                pace()
             fed()
             session.close()
         torn_down()
@@ -159,6 +166,7 @@ KERAS_3_FIT = """
                 self.start, self.batches = time.time(), 0
             def on_train_batch_end(self, batch, logs=None):
                 self.batches += 1
+                pace()
                 fed_enough = (time.time() - self.start >= FEED_SECONDS
                               and self.batches >= MIN_BATCHES)
                 if not self.model.stop_training and fed_enough:
