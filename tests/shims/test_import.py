@@ -6,8 +6,8 @@ import pytest
 @pytest.fixture(scope="module", name="after_import")
 def after_import_fixture(run_python):
     """One fresh process: import with TF_CONFIG set, configure the runtime, then build
-    the multi-worker strategy; its output lines, each check's own line."""
-    result = run_python("""
+    the multi-worker strategy. Each check prints its own stdout line."""
+    return run_python("""
         import json, os, socket
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -29,7 +29,6 @@ def after_import_fixture(run_python):
         strategy = cd.MultiWorkerMirroredStrategy()
         print(strategy.num_replicas_in_sync, float(strategy.reduce("SUM", strategy.run(lambda: tf.constant(3.0)))))
         """)
-    return result
 
 
 def test_import_leaves_devices_and_collectives_configurable(after_import):
