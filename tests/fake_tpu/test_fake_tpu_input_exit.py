@@ -19,13 +19,24 @@ import tempfile
 import textwrap
 import time
 
-FEED_SECONDS = 30
+# The autotuning thread sleeps 10 ms doubling to 60 s: after 12 s of feeding it
+# is most often in a sleep of 10 s or more. Measured with the strategies'
+# autotuning left on (loaded machine, 3 runs): eager 0.5-190 s, TF1 Session
+# 9.3-70 s from the end of feeding to the iterators' death, one or both over
+# the bound in every run; as the test runs, 0.4-0.9 s.
+FEED_SECONDS = 12
 # Generous for a loaded CI box. Timed inside the process, from the end of
 # feeding to the iterators' death: without the stall it takes under a second.
-TEARDOWN_BOUND_SECONDS = 10
+TEARDOWN_BOUND_SECONDS = 5
 # The whole process, to its exit (Python's own finalisation takes seconds more
-# on a busy machine, beside two other TensorFlow processes).
-EXIT_BOUND_SECONDS = 60
+# on a busy machine, beside two other TensorFlow processes; measured 4-6 s).
+EXIT_BOUND_SECONDS = 30
+# A pause after each step: the stall grows with the time since the iterators
+# were built, not with the batches fed, so the programs need not spin the CPU.
+PACE_SECONDS = 0.02
+# Keras fit feeds at least this many batches: the kernel below reaches 2.0 to
+# 4 decimals in ~50 SGD steps, whatever the machine's speed.
+MIN_BATCHES = 100
 
 _PRELUDE = f"""
 import os, time
@@ -33,7 +44,10 @@ from compat_distribute import testing
 testing.set_virtual_devices(8)
 import tensorflow as tf
 FEED_SECONDS = {FEED_SECONDS}
+MIN_BATCHES = {MIN_BATCHES}
 GLOBAL_BATCH = 16  # 2 elements a replica
+def pace():
+    time.sleep({PACE_SECONDS})
 def source():
     return (
         tf.data.Dataset.range(10**9)
@@ -113,6 +127,7 @@ EAGER = """
             assert [v.numpy().tolist() for v in values] == [
                 expected(step, r) for r in range(8)], step
             step += 1
+            pace()
         fed()
         del iterator, values
         torn_down()
@@ -135,6 +150,7 @@ TF1_SESSION = """
                 assert [v.tolist() for v in values] == [
                     expected(step, r) for r in range(8)], step
                 step += 1
+                pace()
             fed()
             session.close()
         torn_down()
@@ -151,7 +167,10 @@ KERAS_3_FIT = """
                 self.start, self.batches = time.time(), 0
             def on_train_batch_end(self, batch, logs=None):
                 self.batches += 1
-                if not self.model.stop_training and time.time() - self.start >= FEED_SECONDS:
+                pace()
+                fed_enough = (time.time() - self.start >= FEED_SECONDS
+                              and self.batches >= MIN_BATCHES)
+                if not self.model.stop_training and fed_enough:
                     self.model.stop_training = True
                     fed()
 

@@ -189,8 +189,9 @@ def test_strict_mode_is_off_by_default():
 def test_strict_mode_runs_a_clean_step_as_non_strict_mode_does():
     strict = compat_distribute.TPUStrategy(FakeTPUClusterResolver("v4-8", strict=True))
     lenient = compat_distribute.TPUStrategy(FakeTPUClusterResolver("v4-8"))
-    assert _train(strict) == _train(lenient)
-    totals, w = _train(strict)
+    trained = _train(strict)
+    assert trained == _train(lenient)
+    totals, w = trained
     # Per step: total = sum(batch) * w on every replica, then w -= 0.1 * total.
     # Batches sum to 28, 92, 156: w = 1 -> -1.8 -> 14.76 -> -215.496.
     assert totals == [pytest.approx(156 * 14.76)] * 4

@@ -154,12 +154,19 @@ _DEVICES_LINE = (
 )
 
 
-@pytest.mark.parametrize("module", [_MARKED_FIRST, _FIXTURE_FIRST], ids=["marker", "fixture"])
-def test_devices_come_from_the_run_not_from_which_test_is_first(pytester, module):
-    pytester.makepyfile(test_order=module)
-    result = pytester.runpytest_subprocess("-p", "no:xdist", timeout=180)
+def test_devices_come_from_the_run_not_from_which_test_is_first(pytester):
+    # In this order the run's first test (test_mirrored[default]) needs none of
+    # the marker's devices, and its last (test_tpu_strategy) only the fake's.
+    pytester.makepyfile(test_fixture_first=_FIXTURE_FIRST, test_marked_first=_MARKED_FIRST)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:xdist", "-v", "test_fixture_first.py", "test_marked_first.py", timeout=180
+    )
     result.stdout.fnmatch_lines([_DEVICES_LINE])
-    result.assert_outcomes(passed=2 if module is _MARKED_FIRST else 4)
+    ran = [line.split()[0] for line in result.outlines if line.endswith("%]")]
+    assert (ran[0], ran[-1]) == (
+        "test_fixture_first.py::test_mirrored[default]", "test_marked_first.py::test_tpu_strategy"
+    ), ran
+    result.assert_outcomes(passed=6)
 
 
 def test_devices_come_from_the_run_in_every_xdist_worker(pytester):

@@ -1,12 +1,20 @@
 """Importing compat_distribute must not start TensorFlow's runtime."""
 
+import pytest
 
-def test_import_leaves_devices_and_collectives_configurable(run_python):
-    result = run_python("""
-        import json, os
+
+@pytest.fixture(scope="module", name="after_import")
+def after_import_fixture(run_python):
+    """One fresh process: import with TF_CONFIG set, configure the runtime, then build
+    the multi-worker strategy. Each check prints its own stdout line."""
+    return run_python("""
+        import json, os, socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
         os.environ["TF_CONFIG"] = json.dumps({
-            "cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}})
-        import compat_distribute
+            "cluster": {"worker": [f"127.0.0.1:{port}"]}, "task": {"type": "worker", "index": 0}})
+        import compat_distribute as cd
         import compat_distribute.testing
         from tensorflow.python.eager import context
         assert context.context()._context_handle is None, "runtime started at import"
@@ -15,29 +23,21 @@ def test_import_leaves_devices_and_collectives_configurable(run_python):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         tf.config.experimental.set_synchronous_execution(True)
-        print("configurable")
-        """)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "configurable"
-
-
-def test_collective_strategy_can_be_built_after_import(run_python):
-    # A one-worker cluster from TF_CONFIG: TF configures collective ops at
-    # construction, which fails if anything started the runtime before.
-    result = run_python("""
-        import json, os, socket
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        os.environ["TF_CONFIG"] = json.dumps({
-            "cluster": {"worker": [f"127.0.0.1:{port}"]}, "task": {"type": "worker", "index": 0}})
-        import compat_distribute as cd
+        print("configurable", flush=True)
+        # A one-worker cluster from TF_CONFIG: TF configures collective ops at
+        # construction, which fails if anything started the runtime before.
         strategy = cd.MultiWorkerMirroredStrategy()
-        import tensorflow as tf
         print(strategy.num_replicas_in_sync, float(strategy.reduce("SUM", strategy.run(lambda: tf.constant(3.0)))))
         """)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split()[-2:] == ["1", "3.0"]
+
+
+def test_import_leaves_devices_and_collectives_configurable(after_import):
+    assert after_import.stdout.splitlines()[:1] == ["configurable"], after_import.stderr
+
+
+def test_collective_strategy_can_be_built_after_import(after_import):
+    assert after_import.returncode == 0, after_import.stderr
+    assert after_import.stdout.splitlines()[1:] == ["1 3.0"]
 
 
 def test_import_and_the_pytest_plugin_import_no_tensorflow(run_python):

@@ -419,7 +419,8 @@ def run_all_checks(shim, r):
     return results
 
 
-# The graph-mode run of one shim: a subprocess, since disable_v2_behavior() is process-wide.
+# The graph-mode run of every shim, each in a graph of its own: one subprocess,
+# since disable_v2_behavior() is process-wide.
 _GRAPH_RUN = """
 import faulthandler, json, sys
 faulthandler.dump_traceback_later(240, exit=True)  # a stall shows its stack
@@ -428,8 +429,10 @@ devices.set_virtual_devices(8)
 import tensorflow as tf
 tf.compat.v1.disable_v2_behavior()
 from tests.shims import test_members as m
-with tf.Graph().as_default():
-    results = m.run_all_checks({shim!r}, m.Graph())
+results = {}
+for shim in m.SHIMS:
+    with tf.Graph().as_default():
+        results.update(m.run_all_checks(shim, m.Graph()))
 print("RESULTS " + json.dumps(results))
 sys.stdout.flush()
 from compat_distribute import _exit; _exit.end_process(0)  # atexit clean-up, then no TF teardown
@@ -438,13 +441,14 @@ from compat_distribute import _exit; _exit.end_process(0)  # atexit clean-up, th
 _GRAPH_RESULTS = {}
 
 
-def graph_results(shim, run_python):
-    if shim not in _GRAPH_RESULTS:
-        result = run_python(_GRAPH_RUN.format(shim=shim), timeout=300)
+def graph_results(run_python):
+    """{row id: "ok" or the failure} of every shim's rows in graph mode, run once."""
+    if not _GRAPH_RESULTS:
+        result = run_python(_GRAPH_RUN, timeout=300)
         lines = [l for l in result.stdout.splitlines() if l.startswith("RESULTS ")]
-        assert lines, f"graph-mode run of {shim} failed:\n{result.stderr[-4000:]}"
-        _GRAPH_RESULTS[shim] = json.loads(lines[-1][len("RESULTS "):])
-    return _GRAPH_RESULTS[shim]
+        assert lines, f"graph-mode run failed:\n{result.stderr[-4000:]}"
+        _GRAPH_RESULTS.update(json.loads(lines[-1][len("RESULTS "):]))
+    return _GRAPH_RESULTS
 
 
 @pytest.fixture(scope="module", name="strategies")
@@ -461,7 +465,7 @@ def test_row_claim_holds(strategies, run_python, shim, row, mode):
     if mode == "eager":
         check_row(strategies[shim], row, shim, Eager())
     else:
-        outcome = graph_results(shim, run_python)[row_id(row, shim)]
+        outcome = graph_results(run_python)[row_id(row, shim)]
         assert outcome == "ok", outcome
 
 

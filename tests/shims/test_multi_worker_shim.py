@@ -314,17 +314,17 @@ def test_a_peer_that_never_starts_is_named_and_the_deadline_ends_the_wait(run_py
     result = run_python(
         _ONE_OF_TWO_WORKERS,
         timeout=120,
-        env={"TF_CONFIG": tf_config, _cluster_wait.DEADLINE_ENV: "8"},
+        env={"TF_CONFIG": tf_config, _cluster_wait.DEADLINE_ENV: "4"},
     )
     _assert_named_then_killed(result, "TF_CONFIG", ports)
 
 
 def _assert_named_then_killed(result, source, ports):
-    """A warning at 2 s naming worker 1, then the deadline's kill at 8 s."""
+    """A warning at 2 s naming worker 1, then the deadline's kill at 4 s."""
     lines = [line for line in result.stderr.splitlines() if line.startswith("compat_distribute:")]
     assert lines == [
-        "compat_distribute: warning: " + _waiting(source, ports, 2, 8),
-        "compat_distribute: error: " + _waiting(source, ports, 8, 8) + " Killing it now (SIGKILL).",
+        "compat_distribute: warning: " + _waiting(source, ports, 2, 4),
+        "compat_distribute: error: " + _waiting(source, ports, 4, 4) + " Killing it now (SIGKILL).",
     ], result.stderr[-3000:]
     assert result.stdout == "building\n"
     assert result.returncode == -9
@@ -401,7 +401,7 @@ def test_a_resolvers_peer_that_never_starts_is_named_and_the_deadline_ends_the_w
     monkeypatch.delenv("TF_CONFIG", raising=False)
     ports = _free_ports(2)
     result = run_python(
-        _RESOLVER_WORKER % tuple(ports), timeout=120, env={_cluster_wait.DEADLINE_ENV: "8"}
+        _RESOLVER_WORKER % tuple(ports), timeout=120, env={_cluster_wait.DEADLINE_ENV: "4"}
     )
     _assert_named_then_killed(result, "cluster_resolver", ports)
 
