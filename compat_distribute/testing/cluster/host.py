@@ -113,6 +113,12 @@ class LocalServers:
         helpers = self._launcher.helpers
         return helpers[0].pid if helpers else None
 
+    @property
+    def zygote_pid(self):
+        """The process that forked the servers (see docs/clusters.md); None when
+        they are fresh processes, or stopped."""
+        return self._launcher.zygote_pid
+
     def start(self):
         """Launches every server (and the relay) and waits until each listens."""
         if not self.running:

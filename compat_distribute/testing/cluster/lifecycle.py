@@ -92,6 +92,12 @@ class LocalCluster:
         return self._launcher.pids
 
     @property
+    def zygote_pid(self) -> int | None:
+        """The process that forked the tasks (see docs/clusters.md); None when
+        they are fresh processes, or not running."""
+        return self._launcher.zygote_pid
+
+    @property
     def running(self) -> bool:
         return self._launcher.running
 

@@ -47,6 +47,8 @@ WATCHDOG_FRAMES = ("_exit_when_orphaned", "_end_on_sigterm")
 LATE_ENV = ("TF_CONFIG", "TMPDIR")
 # How long the zygote may take to answer a Fork or a Reap (scaled).
 _ZYGOTE_ANSWER_S = 30.0
+# How long init may take to reap a task whose zygote died (scaled).
+_ORPHAN_REAP_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -388,8 +390,11 @@ class Zygote:
     def reap(self, task):
         """Has the zygote reap the ended `task` (its pid is then free)."""
         os.close(task.pidfd)
-        if self._gone:
-            return  # Its children went to init, which reaps them.
+        if self._gone:  # Its children went to init: wait (bounded) until it reaped this one.
+            deadline = time.monotonic() + deadlines.scaled(_ORPHAN_REAP_S)
+            while os.path.exists(f"/proc/{task.pid}") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return
         try:
             self.conn.send(protocol.Reap(task.pid))
         except OSError:
