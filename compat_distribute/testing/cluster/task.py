@@ -14,6 +14,14 @@ launch's directory. It dies with its parent: by the parent-death signal on
 Linux (SIGKILL, which also ends a stopped task), and on every platform by a
 thread that ends the process once its parent is gone. How a group of tasks is
 stopped (Exit, SIGTERM, SIGKILL) is `launcher.stop_all`.
+
+A task may instead be forked by its launch's `Zygote` (see `zygote`), which
+imported TensorFlow once for every task of the launch. It is then this
+process's grandchild, with the same guarantees: its own session, log, TMPDIR
+and bootstrap start, tied to the zygote's life as the zygote is to this
+process's. It is watched through a pidfd (`_Forked`); its exit status comes
+from the zygote, which reaps it only when told (`Reap`), so its pid and group
+id stay ours to signal until then.
 """
 
 from __future__ import annotations
