@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 
 import cluster_tasks as tasks
 import pytest
@@ -210,6 +211,28 @@ def test_a_zygote_killed_mid_launch_fails_it_naming_the_zygote_and_leaves_nothin
     assert os.listdir(temp_dir) == []
     # A zygote is no task: it is not in the error's task fields.
     assert not hasattr(raised.value, "task_type")
+
+
+@pytest.mark.multi_worker(2)
+def test_a_zygote_killed_during_a_run_is_named_and_leaves_nothing(temp_dir):
+    launched, hooks = _recorder()
+    c = local_cluster(2, timeout=60, hooks=hooks).start()
+    zygote = c.zygote_pid
+    killer = threading.Timer(1.0, os.kill, (zygote, signal.SIGKILL))
+    killer.start()
+    try:
+        with pytest.raises(ClusterError) as raised:
+            c.run(tasks.sleep_forever)
+    finally:
+        killer.join()
+    assert str(raised.value).startswith(
+        f"local_cluster: the zygote (pid {zygote}, which imports TensorFlow once and forks the "
+        f"tasks) was killed by SIGKILL during run(cluster_tasks:sleep_forever); the tasks it "
+        f"forked die with it."
+    )
+    assert not c.running
+    assert_no_leaks([pid for _, pid in launched])
+    assert os.listdir(temp_dir) == []
 
 
 def test_the_flag_that_makes_a_zygote_is_what_bootstrap_reads():

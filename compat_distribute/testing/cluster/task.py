@@ -375,8 +375,13 @@ class Zygote:
 
     def check(self, when):
         """Raises the error naming the zygote if it has died."""
-        if self.process.poll() is not None:
-            raise self._died(when)
+        error = self.failure(when)
+        if error is not None:
+            raise error
+
+    def failure(self, when):
+        """The error naming the zygote if it has died (`when` it did), else None."""
+        return None if self.process.poll() is None else self._died(when)
 
     # -- Exit statuses -------------------------------------------------------
 
