@@ -310,7 +310,8 @@ def main():
         {
             "measure": "local_cluster: start to first all-reduce, tasks forked by a zygote / "
             "fresh processes (COMPAT_DISTRIBUTE_ZYGOTE=0)",
-            "value": f"wall {zygote_ratio['candidate_s']:.2f} s / {zygote_ratio['baseline_s']:.2f} s; "
+            "value": f"wall {zygote_ratio['candidate_s']:.2f} s / "
+            f"{zygote_ratio['baseline_s']:.2f} s; "
             f"CPU of every process {zygote_cpu_ratio['candidate_s']:.2f} s / "
             f"{zygote_cpu_ratio['baseline_s']:.2f} s (ratio {zygote_cpu_ratio['ratio']:.2f})",
             "target": "CPU ratio < 1",
