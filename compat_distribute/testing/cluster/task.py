@@ -236,7 +236,11 @@ def _popen(spec, child_end, log_path, network, command):
     argv = bootstrap_command(spec, child_end.fileno())
     if command is not None:
         argv = list(command(spec, argv))
-    pass_fds = (child_end.fileno(), *spec.pass_fds)
+    return _start(argv, spec.env, log_path, (child_end.fileno(), *spec.pass_fds), network)
+
+
+def _start(argv, env, log_path, pass_fds, network):
+    """A fresh process in a session of its own, in `network`, writing to `log_path`."""
     if network is not None:
         argv = network.enter(argv)
         pass_fds += network.fds
@@ -246,7 +250,7 @@ def _popen(spec, child_end, log_path, network, command):
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=spec.env,
+            env=env,
             pass_fds=pass_fds,
             start_new_session=True,
         )
@@ -307,21 +311,8 @@ class Zygote:
         parent_end, child_end = socket.socketpair()
         argv = [sys.executable, "-m", BOOTSTRAP, zygote_lib.FLAG]
         argv += [*_parent_args(child_end.fileno()), *sorted(set(mains))]
-        pass_fds = (child_end.fileno(),)
-        if network is not None:
-            argv = network.enter(argv)
-            pass_fds += network.fds
         try:
-            with open(log_path, "wb") as log:
-                self.process = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=self.env,
-                    pass_fds=pass_fds,
-                    start_new_session=True,
-                )
+            self.process = _start(argv, self.env, log_path, (child_end.fileno(),), network)
         except BaseException:
             parent_end.close()
             raise
