@@ -9,6 +9,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 
 import cluster_tasks as tasks
 import pytest
@@ -233,6 +234,34 @@ def test_a_zygote_killed_during_a_run_is_named_and_leaves_nothing(temp_dir):
     )
     assert not c.running
     assert_no_leaks([pid for _, pid in launched])
+    assert os.listdir(temp_dir) == []
+
+
+@pytest.mark.multi_worker(2)
+def test_a_pod_hosts_zygote_that_dies_is_named_with_each_host(temp_dir):
+    from compat_distribute.testing.cluster import ClusterTaskError
+    from compat_distribute.testing.cluster.host import LocalServers
+
+    servers = LocalServers(2, devices_per_host=1, network="host").start()
+    try:
+        zygote, hosts = servers.zygote_pid, servers.pids
+        assert [_parent(p) for p in hosts] == [zygote] * 2
+        os.kill(zygote, signal.SIGKILL)
+        deadline = time.monotonic() + deadlines.scaled(10)
+        while len(servers.faults()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        because = f"as the zygote that forked it (pid {zygote}) was killed by SIGKILL"
+        assert servers.faults() == [
+            (i, f"worker {i}, pid {hosts[i]}, was killed by SIGKILL, {because}") for i in (0, 1)
+        ]
+        with pytest.raises(ClusterTaskError) as raised:
+            servers.check()
+        assert str(raised.value).startswith(
+            f"local_cluster: worker 0 (pid {hosts[0]}) was killed by SIGKILL, {because}.\n"
+        )
+    finally:
+        servers.stop()
+    assert_no_leaks(hosts + [zygote])
     assert os.listdir(temp_dir) == []
 
 
