@@ -113,3 +113,33 @@ def report(name, rows, table=()):
             print(f"  {label:<52} {r}")
     print(f"  -> {os.path.relpath(path)}")
     return payload
+
+
+def tree_cpu_s():
+    """CPU seconds (user + system) of this process, of its children it reaped, and of
+    every live descendant: take it before and after a launch, and the difference is
+    what the launch cost on every process it started (Linux; /proc)."""
+    times = os.times()
+    total = times.user + times.system + times.children_user + times.children_system
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # Gone meanwhile.
+                continue
+            # After the name: state, ppid, ...; utime and stime are fields 14, 15.
+            parents.setdefault(int(fields[1]), []).append((int(name), fields))
+    todo = [os.getpid()]
+    while todo:
+        for pid, fields in parents.get(todo.pop(), ()):
+            total += (int(fields[11]) + int(fields[12])) / ticks
+            todo.append(pid)
+    return total
+
+
+def with_zygote(on):
+    """Sets $COMPAT_DISTRIBUTE_ZYGOTE for the next launches (see docs/clusters.md)."""
+    os.environ["COMPAT_DISTRIBUTE_ZYGOTE"] = "1" if on else "0"

@@ -3,7 +3,10 @@ workers against the same all-reduce in raw TensorFlow, launched by hand with
 subprocess and TF_CONFIG.
 
 Both sides are measured in the same run on the same machine. Start-up is timed
-over alternating cold starts. The all-reduce is timed with both clusters up at
+over alternating cold starts, in wall time and in CPU time summed over this
+process and every process the start launched; local_cluster starts once with
+its tasks forked from one zygote (the default) and once as fresh processes
+(COMPAT_DISTRIBUTE_ZYGOTE=0). The all-reduce is timed with both clusters up at
 once, in alternating batches (one cluster idles while the other is timed), so
 that drifting load on the machine hits both sides alike; a local_cluster on
 the host network is a third side, to show what the private network costs.
@@ -168,14 +171,18 @@ class ByHand:
 
 
 class ThroughLocalCluster:
-    def __init__(self, network):
+    def __init__(self, network, zygote=True):
         from compat_distribute.testing import cluster
 
         self.cluster = cluster.local_cluster(2, timeout=120, network=network)
+        _common.with_zygote(zygote)
+        cpu = _common.tree_cpu_s()
         start = time.perf_counter()
         self.cluster.start()
         firsts = self.cluster.run(cluster_all_reduce_once)
         self.start_s = time.perf_counter() - start
+        self.start_cpu_s = _common.tree_cpu_s() - cpu
+        _common.with_zygote(True)
         assert firsts == [2.0, 2.0], firsts
 
     def seconds_per_all_reduce(self, reps):
@@ -205,16 +212,27 @@ def _ratio(candidate, baseline):
     return {"candidate_s": candidate, "baseline_s": baseline, "ratio": candidate / baseline}
 
 
+_FRESH = "local_cluster, fresh processes"
+
+
 def _cold_starts(count):
-    """Start-up to the first all-reduce, alternating sides: ({side: [s, ...]})."""
-    starts = {"local_cluster": [], "by hand": []}
+    """Start-up to the first all-reduce, alternating sides: ({side: [s, ...]},
+    {side: [CPU s, ...]}) for the local_cluster sides."""
+    starts = {"local_cluster": [], _FRESH: [], "by hand": []}
+    cpu = {"local_cluster": [], _FRESH: []}
     for i in range(count):
-        order = [("local_cluster", lambda: ThroughLocalCluster("auto")), ("by hand", ByHand)]
+        order = [
+            ("local_cluster", lambda: ThroughLocalCluster("auto")),
+            (_FRESH, lambda: ThroughLocalCluster("auto", zygote=False)),
+            ("by hand", ByHand),
+        ]
         for side, make in order if i % 2 == 0 else reversed(order):
             launched = make()
             launched.stop()
             starts[side].append(launched.start_s)
-    return starts
+            if side in cpu:
+                cpu[side].append(launched.start_cpu_s)
+    return starts, cpu
 
 
 def _interleaved(rounds):
@@ -248,7 +266,7 @@ def main():
     parser.add_argument("--cold-starts", type=int, default=2, help="cold starts per side")
     flags = parser.parse_args()
 
-    starts = _cold_starts(flags.cold_starts)
+    starts, start_cpu = _cold_starts(flags.cold_starts)
     network, batches, warm_run_s, run_all_reduce_s = _interleaved(flags.rounds)
     per_all_reduce = {side: statistics.median(w for w, _ in b) for side, b in batches.items()}
     cpu_per_all_reduce = {side: statistics.median(c for _, c in b) for side, b in batches.items()}
@@ -260,8 +278,19 @@ def main():
     cpu_ratio = _ratio(cpu_per_all_reduce["local_cluster"], cpu_per_all_reduce["by hand"])
     # A warm run() of one all-reduce against the all-reduce alone, in raw TF.
     call_ratio = _ratio(run_all_reduce_s, per_all_reduce["by hand"])
+    zygote_ratio = _ratio(
+        statistics.median(starts["local_cluster"]), statistics.median(starts[_FRESH])
+    )
+    zygote_cpu_ratio = _ratio(
+        statistics.median(start_cpu["local_cluster"]), statistics.median(start_cpu[_FRESH])
+    )
     rows = {
         "start to first all-reduce (2 workers): local_cluster / by hand": start_ratio,
+        "start to first all-reduce (2 workers): zygote / fresh processes": zygote_ratio,
+        "CPU of every process, start to first all-reduce: zygote / fresh processes": (
+            zygote_cpu_ratio
+        ),
+        "start-up CPU (s)": start_cpu,
         "1e6-float all-reduce: local_cluster.run / raw TF in-process": call_ratio,
         "1e6-float all-reduce inside workers: local_cluster / by hand": inner_ratio,
         "1e6-float all-reduce inside workers: local_cluster on the host network / by hand": host_ratio,
@@ -277,6 +306,15 @@ def main():
             "value": f"{start_ratio['candidate_s']:.2f} s (by hand: {start_ratio['baseline_s']:.2f} s, "
             f"ratio {start_ratio['ratio']:.2f})",
             "target": "ratio <= 1.2",
+        },
+        {
+            "measure": "local_cluster: start to first all-reduce, tasks forked by a zygote / "
+            "fresh processes (COMPAT_DISTRIBUTE_ZYGOTE=0)",
+            "value": f"wall {zygote_ratio['candidate_s']:.2f} s / "
+            f"{zygote_ratio['baseline_s']:.2f} s; "
+            f"CPU of every process {zygote_cpu_ratio['candidate_s']:.2f} s / "
+            f"{zygote_cpu_ratio['baseline_s']:.2f} s (ratio {zygote_cpu_ratio['ratio']:.2f})",
+            "target": "CPU ratio < 1",
         },
         {
             "measure": "local_cluster: warm run() of a no-op on 2 workers",

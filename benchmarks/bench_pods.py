@@ -8,8 +8,11 @@ A v3-32 pod (4 host processes) is timed against a one-host v3-8 and against
 the same 32 replicas in this process (`hosts=1`), side by side, alternating
 (`_common.compare`). Extra rows: the variable-free step of earlier rounds (a
 matmul of constants, one scalar all-reduced; labelled as such), start-up of
-the hosts to the first all-reduce over cold starts, the hosts' memory, and
-an 8-host pod (v5litepod-32) against its own `hosts=1` twin.
+the hosts to the first all-reduce over cold starts (wall time, and CPU time
+summed over this process and every process the start launched; hosts forked
+from one zygote, the default, alternating with hosts as fresh processes,
+COMPAT_DISTRIBUTE_ZYGOTE=0), the hosts' memory, and an 8-host pod
+(v5litepod-32) against its own `hosts=1` twin.
 
 `python benchmarks/bench_pods.py [--cold-starts N] [--repeats N] [--no-eight-hosts]`.
 """
@@ -87,23 +90,50 @@ def _variable_free_step(strategy):
     return lambda: reduced().numpy()
 
 
-def _cold_start_s(preset):
-    """Seconds from starting the pod's hosts to its first all-reduce's result, and
-    the hosts' resident memory (MiB, each) then."""
+def _cold_start_s(preset, zygote=True):
+    """Seconds from starting the pod's hosts to its first all-reduce's result, the
+    hosts' resident memory (MiB, each) then, and the CPU seconds of this process
+    and every process it launched meanwhile; `zygote`: hosts forked from one."""
     import tensorflow as tf
 
     from compat_distribute.testing import fake_tpu
 
+    _common.with_zygote(zygote)
+    cpu = _common.tree_cpu_s()
     start = time.perf_counter()
     with fake_tpu(preset) as fake:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
         strategy = tf.distribute.TPUStrategy(resolver)
         value = _variable_free_step(strategy)()
         took = time.perf_counter() - start
+        took_cpu = _common.tree_cpu_s() - cpu
         replicas = strategy.num_replicas_in_sync
         assert value == replicas * replicas * FEATURES, value
         rss = [_rss_mib(pid) for pid in fake.pod.pids]
-    return took, rss
+    _common.with_zygote(True)
+    return took, rss, took_cpu
+
+
+def _cold_starts(preset, count):
+    """{True: [(s, rss, CPU s), ...] with a zygote, False: [...] without}, alternating."""
+    starts = {True: [], False: []}
+    for i in range(count):
+        for zygote in (True, False) if i % 2 == 0 else (False, True):
+            starts[zygote].append(_cold_start_s(preset, zygote))
+    return starts
+
+
+def _zygote_row(preset, starts):
+    """The README row: start-up with hosts forked by a zygote against fresh processes."""
+    wall = {z: statistics.median(s for s, _, _ in starts[z]) for z in starts}
+    cpu = {z: statistics.median(c for _, _, c in starts[z]) for z in starts}
+    return {
+        "measure": f"{preset} start-up to first all-reduce: hosts forked by a zygote / "
+        f"fresh processes (COMPAT_DISTRIBUTE_ZYGOTE=0)",
+        "value": f"wall {wall[True]:.1f} s / {wall[False]:.1f} s; CPU of every process "
+        f"{cpu[True]:.1f} s / {cpu[False]:.1f} s (ratio {cpu[True] / cpu[False]:.2f})",
+        "target": "CPU ratio < 1",
+    }
 
 
 def _rss_mib(pid):
@@ -130,7 +160,8 @@ def main(argv=None):
     from compat_distribute.testing import FakeTPUClusterResolver
     from compat_distribute.testing import FakeTPUStrategy
 
-    starts = [_cold_start_s(POD) for _ in range(args.cold_starts)]
+    both_starts = _cold_starts(POD, args.cold_starts)
+    starts = both_starts[True]
     timing = dict(repeats=args.repeats, number=3, warmup=2)
 
     strategies = {}
@@ -151,7 +182,7 @@ def main(argv=None):
         compared["variable_free", "v3-8"] = _common.compare(free["pod"], free["v3-8"], **timing)
         eight = None
         if args.eight_hosts:
-            eight_starts = [_cold_start_s(EIGHT_HOSTS)]
+            eight_starts = _cold_starts(EIGHT_HOSTS, 1)
             pods.append(FakeTPUClusterResolver(EIGHT_HOSTS))
             eight_pod = _training_step(FakeTPUStrategy(pods[-1]), 1)
             eight_one = _training_step(FakeTPUStrategy(FakeTPUClusterResolver(EIGHT_HOSTS, hosts=1)), 1)
@@ -160,10 +191,16 @@ def main(argv=None):
         for resolver in pods:
             resolver.pod.stop()
 
-    start_s = [s for s, _ in starts]
-    rss = [r for _, rs in starts for r in rs]
+    start_s = [s for s, _, _ in starts]
+    rss = [r for _, rs, _ in starts for r in rs]
     rows = {
         "v3-32 start-up to first all-reduce, s": _spread(start_s),
+        "v3-32 start-up (s, CPU s), hosts forked by a zygote": [
+            (s, c) for s, _, c in both_starts[True]
+        ],
+        "v3-32 start-up (s, CPU s), hosts as fresh processes": [
+            (s, c) for s, _, c in both_starts[False]
+        ],
         "v3-32 host RSS at first all-reduce, MiB": _spread(rss),
         **{f"v3-32 pod {kind} vs {baseline}": r for (kind, baseline), r in compared.items()},
     }
@@ -175,6 +212,7 @@ def main(argv=None):
             ),
             "target": "<= 10 s",
         },
+        _zygote_row(POD, both_starts),
         {
             "measure": "v3-32 pod: resident memory per host process",
             "value": "{median:.0f} MiB (median; {min:.0f}-{max:.0f})".format(
@@ -204,8 +242,11 @@ def main(argv=None):
         )
     )
     if eight is not None:
-        (eight_start, _), result = eight[0][0], eight[1]
+        eight_start, result = eight[0][True][0][0], eight[1]
         rows[f"{EIGHT_HOSTS} start-up to first all-reduce, s"] = eight_start
+        rows[f"{EIGHT_HOSTS} start-up (s, CPU s), zygote / fresh processes"] = [
+            (s, c) for z in (True, False) for s, _, c in eight[0][z]
+        ]
         rows[f"{EIGHT_HOSTS} pod training step vs hosts=1"] = result
         table += [
             {
@@ -213,6 +254,7 @@ def main(argv=None):
                 "value": f"{eight_start:.1f} s",
                 "target": "<= 30 s",
             },
+            _zygote_row(EIGHT_HOSTS, eight[0]),
             _common.table_row(
                 f"{EIGHT_HOSTS} pod / {EIGHT_HOSTS} hosts=1, training step, 1 step a call",
                 result,

@@ -61,6 +61,8 @@ INTERNALS = {
     "tf_logging": "tensorflow.python.platform.tf_logging",
     # Waits until the hosts have run the ops this client sent them.
     "async_wait": "tensorflow.python.eager.context:async_wait",
+    # The cluster's zygote forks only while no eager context exists (None).
+    "context_safe": "tensorflow.python.eager.context:context_safe",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on

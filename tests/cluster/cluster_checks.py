@@ -79,7 +79,9 @@ def assert_no_leaks(pids, network_namespace=None):
     assert pids, "no pids recorded"
     assert [p for p in pids if os.path.exists(f"/proc/{p}")] == []
     live = launcher.running_launchers()
-    assert descendants() - {p for c in live for p in c.pids} == set()
+    # A running launch's processes: its tasks and the zygote that forked them.
+    live_pids = {p for c in live for p in c.pids + [c.zygote_pid] if p is not None}
+    assert descendants() - live_pids == set()
     assert set(cluster_dirs()) - {c.directory for c in live} == set()
     if network_namespace not in (None, HOST_NETWORK):
         assert network_namespace_users(network_namespace) == []

@@ -7,6 +7,7 @@ parent's sys.path, which the tasks inherit).
 import os
 import signal
 import socket
+import tempfile
 import time
 
 import numpy as np
@@ -23,6 +24,11 @@ def task_info(tag):
         "tag": tag,
         "network_namespace": os.readlink("/proc/self/ns/net"),
     }
+
+
+def temp_dir_of_task():
+    """The task's temp dir as Python's tempfile module sees it."""
+    return tempfile.gettempdir()
 
 
 def connect_to(address):

@@ -118,12 +118,18 @@ def test_tasks_die_with_a_parent_killed_by_sigkill_and_its_directory_is_reaped(
     )
     try:
         directory, *pids = parent.stdout.readline().split()
+        pids = [int(p) for p in pids]
+        # The tasks' parent: the zygote that forked them (or the parent itself).
+        forkers = {_parent_of(p) for p in pids}
+        forkers_parents = {_parent_of(p) for p in forkers}
     finally:
         parent.kill()
         parent.wait()
         parent.stdout.close()
-    pids = [int(p) for p in pids]
     assert len(pids) == 2 and os.path.dirname(directory) == str(temp_dir)
+    zygote = forkers - {parent.pid}
+    assert len(forkers) == 1 and (not zygote or forkers_parents == {parent.pid})
+    pids += list(zygote)  # It dies with the parent too.
     # The parent-death signal kills at once; the orphan watchdog within a second.
     deadline = time.monotonic() + 5
     while any(running(p) for p in pids) and time.monotonic() < deadline:
@@ -133,6 +139,14 @@ def test_tasks_die_with_a_parent_killed_by_sigkill_and_its_directory_is_reaped(
     assert os.listdir(temp_dir) == [os.path.basename(directory)]
     assert workdir.reap_abandoned(str(temp_dir)) == [directory]
     assert os.listdir(temp_dir) == []
+
+
+def _parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
 
 
 def test_reaping_leaves_the_directories_of_live_owners_and_strangers(tmp_path):

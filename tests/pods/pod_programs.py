@@ -126,7 +126,8 @@ def pod(checkpoint_dir):
     host_pids = fake.pod.pids
     out["host_pids"] = host_pids
     relay = [fake.pod.relay_pid] if fake.pod.relay_pid else []  # None on the host network
-    out["host_processes_are_children"] = sorted(host_pids + relay) == _descendants()
+    zygote = [fake.pod.zygote_pid] if fake.pod.zygote_pid else []  # Forked the hosts.
+    out["host_processes_are_children"] = sorted(host_pids + relay + zygote) == _descendants()
     cluster_dir = fake.pod.directory
 
     # What TPU pod code does, unmodified.
@@ -431,7 +432,8 @@ def pod_network():
     out["namespaces"] = [os.readlink(f"/proc/{p}/ns/net") != own for p in host_pids + [relay_pid]]
     step = _step_reading_the_client(strategy)
     out["all_reduce"] = step()
-    out["children"] = sorted(host_pids + [relay_pid]) == _descendants()
+    zygote = [fake.pod.zygote_pid] if fake.pod.zygote_pid else []  # Forked the hosts.
+    out["children"] = sorted(host_pids + [relay_pid] + zygote) == _descendants()
 
     # The relay dies: no host can be reached, and the watchdog says why.
     os.kill(relay_pid, signal.SIGKILL)

@@ -183,6 +183,12 @@ class FakePod:
         return None if self._servers is None else self._servers.relay_pid
 
     @property
+    def zygote_pid(self):
+        """The process that forked the hosts (see docs/clusters.md); None when they
+        are fresh processes, or stopped."""
+        return None if self._servers is None else self._servers.zygote_pid
+
+    @property
     def directory(self):
         """The running hosts' temporary directory (their logs and TMPDIRs), else None."""
         return None if self._servers is None else self._servers.directory

@@ -1,9 +1,10 @@
 """The first code of every task process (internal): `python -m` this module.
 
     python -m compat_distribute.testing.cluster.bootstrap FD PARENT_PID DEATH_SIGNAL MAIN [ARG ...]
+    python -m compat_distribute.testing.cluster.bootstrap --zygote FD PARENT_PID DEATH_SIGNAL [MAIN ...]
 
-FD: the task's end of its socket to the launcher; DEATH_SIGNAL: "1" to set the
-parent-death signal (Linux); MAIN: "module" or "module:function", whose
+FD: the process's end of its socket to the launcher; DEATH_SIGNAL: "1" to set
+the parent-death signal (Linux); MAIN: "module" or "module:function", whose
 `main(argv, conn) -> exit status` runs next with the remaining arguments.
 
 Before anything else it arms the SIGUSR1 stack dump, ties the process's life to
@@ -14,6 +15,11 @@ skipped: a task whose launcher died ends at once). Nothing before `Alive`
 imports TensorFlow (the packages above this module import none), so a task
 stuck importing it can still dump its stack. `task.Task` builds this command
 line; nothing imports this module (runpy would then run a second copy).
+
+With `--zygote` the process becomes a launch's zygote (see `zygote`): it arms
+the stack dump and the parent-death signal, starts no thread, imports
+TensorFlow and the MAINs' modules, and forks the tasks; each forked task runs
+`_run_forked`, which arms the rest as above with the zygote as its parent.
 """
 
 import faulthandler
@@ -81,16 +87,18 @@ class _SigtermEnds:
             self._end()  # Else the main installed a handler of its own: its business.
 
 
-def main(argv):
-    """Runs the task described by `argv` (see the module); returns its exit status."""
-    faulthandler.enable()
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
-    fd, parent, death_signal, main_name = argv[:4]
-    if death_signal == "1":
+def _tie_to_parent(parent, death_signal):
+    """The parent-death signal (when asked), then a check that `parent` still
+    is the parent: it may have died before the signal was set."""
+    if death_signal:
         _set_parent_death_signal()
-    if os.getppid() != int(parent):
-        os._exit(ORPHAN_EXIT_CODE)  # The parent died before the signal was set.
-    threading.Thread(target=_exit_when_orphaned, args=(int(parent),), daemon=True).start()
+    if os.getppid() != parent:
+        os._exit(ORPHAN_EXIT_CODE)
+
+
+def _run(fd, parent, main_name, argv):
+    """Watches the parent, arms SIGTERM, says Alive on `fd`, runs the main, ends the process."""
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
 
     # Imported here: the lines above must run first, whatever these import.
     import importlib  # pylint: disable=g-import-not-at-top
@@ -101,12 +109,37 @@ def main(argv):
     from compat_distribute.testing.cluster import report  # pylint: disable=g-import-not-at-top
 
     _SigtermEnds(report.SIGTERM_EXIT_CODE).arm()
-    os.set_inheritable(int(fd), False)
-    conn = connection.Connection(int(fd))
+    os.set_inheritable(fd, False)
+    conn = connection.Connection(fd)
     conn.send(protocol.Alive(os.getpid()))
     module, _, function = main_name.partition(":")
-    status = getattr(importlib.import_module(module), function or "main")(argv[4:], conn)
+    status = getattr(importlib.import_module(module), function or "main")(argv, conn)
     _exit.end_process(0 if status is None else status if isinstance(status, int) else 1)
+
+
+def _run_forked(fd, zygote, main_name, argv):
+    """The task's start in a process the zygote (pid `zygote`) forked: its
+    stdout, stderr and environment are the task's already."""
+    faulthandler.enable()  # Re-armed on this process's own stderr.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    _tie_to_parent(zygote, True)  # The zygote forks on its main thread.
+    _run(fd, zygote, main_name, argv)
+
+
+def main(argv):
+    """Runs the task (or the zygote) described by `argv` (see the module)."""
+    faulthandler.enable()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # Imports no TensorFlow (only `serve` does); a parent that dies meanwhile is caught below.
+    from compat_distribute.testing.cluster import zygote  # pylint: disable=g-import-not-at-top
+
+    if argv[0] == zygote.FLAG:
+        fd, parent, death_signal, *mains = argv[1:]
+        _tie_to_parent(int(parent), death_signal == "1")
+        zygote.serve(int(fd), int(parent), mains, _run_forked, ORPHAN_EXIT_CODE)
+    fd, parent, death_signal, main_name = argv[:4]
+    _tie_to_parent(int(parent), death_signal == "1")
+    _run(int(fd), int(parent), main_name, argv[4:])
 
 
 if __name__ == "__main__":

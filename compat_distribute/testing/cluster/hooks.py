@@ -19,8 +19,10 @@ class LaunchHooks:
     command: `(spec, argv) -> argv` replaces a task's command line before it
         starts (e.g. a process that never joins, to see start-up time out);
         `spec` is the `TaskSpec` with `.name`, `.task_type`, `.task_id`.
+        Every task of such a launch starts as a fresh process (no zygote).
     on_launch: `(task name, pid)` is called for every process launched,
-        including those of launches that later fail.
+        including those of launches that later fail, and `("zygote", pid)`
+        for the process that forks a launch's tasks (docs/clusters.md).
     """
 
     pick_ports: object = None

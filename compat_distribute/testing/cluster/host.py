@@ -113,6 +113,12 @@ class LocalServers:
         helpers = self._launcher.helpers
         return helpers[0].pid if helpers else None
 
+    @property
+    def zygote_pid(self):
+        """The process that forked the servers (see docs/clusters.md); None when
+        they are fresh processes, or stopped."""
+        return self._launcher.zygote_pid
+
     def start(self):
         """Launches every server (and the relay) and waits until each listens."""
         if not self.running:
@@ -238,7 +244,7 @@ class LocalServers:
                 task.kill()
                 what = "was stopped (SIGSTOP or a debugger), so it was killed"
             elif code is not None:
-                what = report.exit_reason(code)
+                what = self._exit_reason(task, code)
             else:
                 continue
             if task in helpers:
@@ -257,10 +263,21 @@ class LocalServers:
                 continue
             raise ClusterTaskError(
                 f"local_cluster: {task.name} (pid {task.pid}) "
-                f"{report.exit_reason(code)}.\nOutput of {task.name} (last lines):\n"
+                f"{self._exit_reason(task, code)}.\nOutput of {task.name} (last lines):\n"
                 f"{report.indent(report.tail(task.output()))}",
                 task_type=task.task_type,
                 task_id=task.task_id,
                 exitcode=code,
                 output_tail=report.tail(task.output()),
             )
+
+    def _exit_reason(self, task, code):
+        """How `task` ended, and the zygote's death when that was the cause."""
+        zygote = self._launcher.zygote
+        what = report.exit_reason(code)
+        if task.forked and zygote is not None and zygote.process.poll() is not None:
+            what += (
+                f", as the zygote that forked it (pid {zygote.pid}) "
+                f"{report.exit_reason(zygote.process.poll())}"
+            )
+        return what

@@ -11,7 +11,11 @@ A launch, as the owner writes it:
 
 An error inside the block stops everything launched so far. Each process runs
 `bootstrap` (`python -m`), then the main its `TaskSpec` names, and speaks
-`protocol` on its socket. Stopping asks each process to exit, then SIGTERM,
+`protocol` on its socket. Where two or more of a launch's tasks may be forked
+(`task.forkable`; not when `LaunchHooks.command` replaces command lines, nor
+with COMPAT_DISTRIBUTE_ZYGOTE=0), a zygote (see `zygote`) imports TensorFlow
+once and forks them; the others start as fresh processes. A zygote that fails
+fails the launch, naming it. Stopping asks each process to exit, then SIGTERM,
 then SIGKILL to its process group; every process is reaped, the private network
 closed and the directory removed. Launchers still running at exit are stopped.
 Start-up and stack-dump waits scale with `deadlines`.
@@ -42,11 +46,14 @@ __all__ = [
     "Launcher",
     "STACK_DUMP_WAIT_S",
     "TERM_GRACE_S",
+    "ZYGOTE_ENV_VAR",
     "dump_stacks",
     "running_launchers",
     "spawn_all",
+    "start_zygote",
     "stop_all",
     "wait_ready",
+    "zygote_wanted",
 ]
 
 # How long a stack dump (SIGUSR1) may take to appear in the tasks' logs (scaled).
@@ -57,6 +64,8 @@ EXIT_GRACE_S = 2.0
 TERM_GRACE_S = 2.0
 # How often stopping looks whether the tasks it signalled have ended.
 _EXIT_POLL_S = 0.01
+# "0" starts every task as a fresh process; "1" (the default) forks them from a zygote.
+ZYGOTE_ENV_VAR = "COMPAT_DISTRIBUTE_ZYGOTE"
 
 _LIVE = weakref.WeakSet()
 
@@ -95,6 +104,7 @@ class Launcher:
         # (a relay): started, watched and stopped with them.
         self.tasks: list[task_lib.Task] = []
         self.helpers: list[task_lib.Task] = []
+        self.zygote: task_lib.Zygote | None = None
 
     @property
     def network(self) -> str:
@@ -109,6 +119,11 @@ class Launcher:
     @property
     def pids(self) -> list[int]:
         return [t.pid for t in self.tasks]
+
+    @property
+    def zygote_pid(self) -> int | None:
+        """The running zygote's process id; None where the tasks are fresh processes."""
+        return None if self.zygote is None else self.zygote.pid
 
     @property
     def directory(self) -> str | None:
@@ -156,10 +171,34 @@ class Launcher:
     def spawn(self, task_specs, helper_specs=()):
         """Starts a process per spec; on any failure kills those started and re-raises."""
         specs = list(task_specs) + list(helper_specs)
+        self._start_zygote(specs)
         launched = spawn_all(
-            specs, workdir=self.workdir, network=self.private_network, hooks=self._hooks
+            specs,
+            workdir=self.workdir,
+            network=self.private_network,
+            hooks=self._hooks,
+            zygote=self.zygote,
         )
         self.tasks, self.helpers = launched[: len(task_specs)], launched[len(task_specs) :]
+
+    def _start_zygote(self, specs):
+        """Starts the launch's zygote (`self.zygote`) and waits for it, where it
+        would fork two tasks or more."""
+        if self._hooks.command is not None or not zygote_wanted():
+            return
+        env = self.process_env(task_lib.Zygote.NAME)
+        env.pop("TF_CONFIG", None)
+        mains = [spec.main for spec in specs if task_lib.forkable(spec, env)]
+        if len(mains) < 2:
+            return
+        self.zygote = start_zygote(
+            mains,
+            env=env,
+            workdir=self.workdir,
+            network=self.private_network,
+            hooks=self._hooks,
+            start_timeout=self._start_timeout,
+        )
 
     def wait_ready(self):
         wait_ready(self.tasks + self.helpers, self._start_timeout)
@@ -169,6 +208,9 @@ class Launcher:
         network and removes the directory."""
         launched, self.tasks, self.helpers = self.tasks + self.helpers, [], []
         stop_all(launched, graceful=graceful)
+        if self.zygote is not None:
+            self.zygote.stop(EXIT_GRACE_S)
+            self.zygote = None
         if self.private_network is not None:
             # Goes with its last process: all of them are reaped by now.
             self.private_network.close()
@@ -179,16 +221,48 @@ class Launcher:
         _LIVE.discard(self)
 
 
-def spawn_all(specs, *, workdir, network, hooks):
-    """A started `task.Task` per spec; on any failure kills those started and re-raises."""
+def zygote_wanted(environ=None) -> bool:
+    """Whether launches may fork their tasks from a zygote ($COMPAT_DISTRIBUTE_ZYGOTE)."""
+    value = (os.environ if environ is None else environ).get(ZYGOTE_ENV_VAR, "1")
+    if value not in ("0", "1"):
+        raise ValueError(
+            f"{ZYGOTE_ENV_VAR} must be 1 (fork a launch's tasks from one process that "
+            f"imported TensorFlow) or 0 (start each task as a fresh process); got {value!r}. "
+            f"Set it to 0 or 1, or unset it for 1."
+        )
+    return value == "1" and hasattr(os, "pidfd_open")
+
+
+def start_zygote(mains, *, env, workdir, network, hooks, start_timeout):
+    """A ready `task.Zygote` (see `zygote`) for the launch in `workdir`: its
+    pid recorded there and given to `hooks.on_launch` as "zygote"."""
+    zygote = task_lib.Zygote(
+        mains, env=env, log_path=workdir.log_path(task_lib.Zygote.NAME), network=network
+    )
+    try:
+        workdir.record_task(zygote.pid)
+        if hooks.on_launch is not None:
+            hooks.on_launch(task_lib.Zygote.NAME, zygote.pid)
+        zygote.wait_ready(deadlines.scaled(start_timeout), deadlines.describe(start_timeout))
+    except BaseException:
+        zygote.stop(0)
+        raise
+    return zygote
+
+
+def spawn_all(specs, *, workdir, network, hooks, zygote=None):
+    """A started `task.Task` per spec, forked by `zygote` where `task.forkable`
+    says so; on any failure kills those started and re-raises."""
     tasks = []
     try:
         for spec in specs:
+            forks = zygote is not None and task_lib.forkable(spec, zygote.env)
             task = task_lib.Task(
                 spec,
                 log_path=workdir.log_path(spec.name),
                 network=network,
                 command=hooks.command,
+                zygote=zygote if forks else None,
             )
             tasks.append(task)
             workdir.record_task(task.pid)
@@ -222,7 +296,10 @@ def wait_ready(tasks, timeout):
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                raise report.start_died(task, task.wait(EXIT_GRACE_S)) from None
+                code = task.wait(EXIT_GRACE_S)
+                if task.zygote is not None:
+                    task.zygote.check("during start-up")  # Its death is the cause.
+                raise report.start_died(task, code) from None
             if isinstance(message, protocol.Alive):
                 task.alive = True
             elif isinstance(message, protocol.Ready):

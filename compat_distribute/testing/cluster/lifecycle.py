@@ -92,6 +92,12 @@ class LocalCluster:
         return self._launcher.pids
 
     @property
+    def zygote_pid(self) -> int | None:
+        """The process that forked the tasks (see docs/clusters.md); None when
+        they are fresh processes, or not running."""
+        return self._launcher.zygote_pid
+
+    @property
     def running(self) -> bool:
         return self._launcher.running
 
@@ -268,7 +274,13 @@ class LocalCluster:
         stacks = launcher_lib.dump_stacks(tasks)
         # Read before the teardown: a killed task is no longer stopped.
         stopped = {t.name for t in tasks if t.stopped()}
+        zygote = self._launcher.zygote
+        # The tasks die with their zygote: then it is the one to name.
+        died = None if zygote is None else zygote.failure(f"during run({function})")
         self._launcher.stop(graceful=False)
+        if died is not None:
+            self._failure = str(died).splitlines()[0]
+            raise died
         if failures:
             error = report.call_failure(
                 function, tasks, failures, pending, stacks, outputs, stopped

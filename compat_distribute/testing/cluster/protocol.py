@@ -8,6 +8,10 @@ connection):
     task -> cluster, at start-up:  Alive, then Ready or StartupFailed
     cluster -> task:               Call ..., Exit
     cluster -> relay:              Forward (then its sockets), Exit
+    launcher -> zygote:            Fork (then the task's socket and log), Reap, Exit
+    zygote -> launcher:            Ready or StartupFailed, then Forked or
+                                   ForkRefused per Fork, Reaped per Reap, and
+                                   Exited whenever a task it forked ends
     task -> cluster, per Call:     Result or Raised
 
 Each message is pickled once by its sender (`dumps`) and sent as bytes: a
@@ -35,9 +39,15 @@ __all__ = [
     "Alive",
     "Call",
     "Exit",
+    "Exited",
+    "Fork",
+    "ForkRefused",
+    "Forked",
     "Forward",
     "Raised",
     "Ready",
+    "Reap",
+    "Reaped",
     "Result",
     "StartupFailed",
     "TaskDied",
@@ -138,6 +148,53 @@ class Forward:
 
     port: int
     sockets: int
+
+
+# -- launcher <-> zygote (see `zygote`) --------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Fork:
+    """Fork a task that runs `main(argv, conn)` with the environment `env`; its
+    socket and its log file follow on the connection (SCM_RIGHTS)."""
+
+    main: str
+    argv: tuple
+    env: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Forked:
+    """The task runs as `pid`, in a session of its own."""
+
+    pid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ForkRefused:
+    """Forking this process would copy a state that must not be copied."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Exited:
+    """A task the zygote forked ended with `status` (negative: killed by that
+    signal); it stays a zombie, so its pid and process group id stay taken,
+    until `Reap`."""
+
+    pid: int
+    status: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Reap:
+    pid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Reaped:
+    pid: int
 
 
 # -- What went wrong in a call, as the cluster sees it -----------------------

@@ -10,6 +10,7 @@ were stopped (SIGSTOP, a debugger) when the call failed.
 import signal
 
 from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster.errors import ClusterError
 from compat_distribute.testing.cluster.errors import ClusterTaskError
 from compat_distribute.testing.cluster.errors import ClusterTimeoutError
 
@@ -26,6 +27,10 @@ __all__ = [
     "start_failed",
     "start_timeout",
     "tail",
+    "zygote_died",
+    "zygote_failed",
+    "zygote_refused",
+    "zygote_timeout",
 ]
 
 # Lines of a task's output quoted in errors.
@@ -191,4 +196,47 @@ def start_failed(task, remote_traceback):
         task_id=task.task_id,
         remote_traceback=remote_traceback,
         output_tail=tail(task.output()),
+    )
+
+
+# -- The zygote (see `zygote`): no task, so no task_type; named as what it is.
+
+ZYGOTE_OFF_HINT = (
+    "Set COMPAT_DISTRIBUTE_ZYGOTE=0 to start each task as a fresh process instead."
+)
+
+
+def _zygote(zygote):
+    return f"the zygote (pid {zygote.pid}, which imports TensorFlow once and forks the tasks)"
+
+
+def zygote_died(zygote, code, when):
+    """`when`: "during start-up", "while forking worker 1"..."""
+    return ClusterError(
+        f"local_cluster: {_zygote(zygote)} {exit_reason(code)} {when}; the tasks it forked "
+        f"die with it. {ZYGOTE_OFF_HINT}\n"
+        f"Output of the zygote (last lines):\n{indent(tail(zygote.output()))}"
+    )
+
+
+def zygote_failed(zygote, remote_traceback):
+    return ClusterError(
+        f"local_cluster: {_zygote(zygote)} failed during start-up:\n{indent(remote_traceback)}"
+    )
+
+
+def zygote_refused(zygote, name, reason):
+    return ClusterError(
+        f"local_cluster: {_zygote(zygote)} refused to fork {name}: {reason}. Keep TensorFlow "
+        f"uninitialised at the import of the tasks' main modules (no op, no context). "
+        f"{ZYGOTE_OFF_HINT}"
+    )
+
+
+def zygote_timeout(zygote, limit, stack):
+    return ClusterTimeoutError(
+        f"local_cluster: {_zygote(zygote)} did not start within {limit} (start_timeout), "
+        f"so no task was started.\nPython stacks of the zygote:\n{indent(stack)}",
+        pending=[],
+        stacks={},
     )
