@@ -15,7 +15,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-TIMEOUT_S = 600
+# bench_trace at 128 replicas runs for minutes (a fresh process a sample).
+TIMEOUT_S = 1800
 
 
 def benchmarks():
