@@ -18,8 +18,7 @@ the fake does what the TPU does:
   (automatic control dependencies would otherwise chain calls that share a
   resource, and a collective in the first call would wait for the second);
 - cross-replica operations are collective ops over the replicas' devices (from
-  16 replicas on, two: within groups of replicas, then across the groups), with
-  group and instance keys from the strategy's own key allocator:
+  16 replicas on, two rings), keyed by the strategy's own key allocator:
   `all_reduce`, `all_gather`, `merge_call` with `reduce_to` /
   `batch_reduce_to` (gradients are packed into one collective per dtype),
   `update` (each replica updates its own copy, as TPUExtended._update does in a
@@ -37,10 +36,8 @@ per replica:
 
 - in a TF1 graph (a `Session`): MirroredStrategy itself reduces without
   collectives there, and the legacy graph programs rely on it;
-- on a pod (several host processes): collectives across the hosts work (the
-  client's connection names task 0 the group leader), but cost more than
-  `pod_reduce.HostFirstReduction`: a v3-32 training step took 155 against 129
-  ms of CPU over every process at 1 step a call, 96 against 67 at 10 (docs/pods.md);
+- on a pod: collectives across the hosts' processes work but cost more CPU
+  than `pod_reduce.HostFirstReduction` (docs/pods.md gives the figures);
 - with a RuntimeWarning, for a plain Python function run eagerly (TPUStrategy
   refuses it; `extended.call_for_each_replica` may be called so), or when a
   per-replica value reaches a cross-replica operation inside the trace or a
@@ -287,19 +284,9 @@ def _replica_tensor(extended, value):
 # Collectives.
 
 
-# From this many replicas on, a sum is two rings (see _collective_sum): below
-# it the second collective's own cost outweighs the shorter rings (v3-8: 7.5
-# against 6.6 ms of CPU a training step; 32 replicas: 41 against 47).
+# From this many replicas on, a sum is two rings; below, the second costs more than it
+# saves (CPU a training step, v3-8: 7.5 against 6.6 ms; 32 replicas: 41 against 47).
 TWO_STAGE_MIN_REPLICAS = 16
-
-
-def _inner_group_size(count):
-    """Replicas per group of a two-stage sum: the largest divisor of `count` at
-    most its square root; 1 (one collective over all replicas) below
-    TWO_STAGE_MIN_REPLICAS."""
-    if count < TWO_STAGE_MIN_REPLICAS:
-        return 1
-    return max(a for a in range(1, int(count**0.5) + 1) if count % a == 0)
 
 
 def _collective(extended, tensor, groups, which):
@@ -308,14 +295,13 @@ def _collective(extended, tensor, groups, which):
     keys = _tf.collective_keys(extended)
     group_keys, instance_keys = [], []
     for devices in groups:
-        group_key = keys.get_group_key(devices)
-        instances = {keys.get_instance_key(group_key, d) for d in devices}
+        group_keys.append(keys.get_group_key(devices))
+        instances = {keys.get_instance_key(group_keys[-1], d) for d in devices}
         if len(instances) != 1:
             raise RuntimeError(
                 f"The fake TPU's collective instance keys differ between its devices "
                 f"({sorted(instances)}): a collective ran on some replicas only."
             )
-        group_keys.append(group_key)
         instance_keys.append(instances.pop())
     if len(groups) == 1:
         group_key, instance_key = group_keys[0], instance_keys[0]
@@ -337,17 +323,20 @@ def _collective(extended, tensor, groups, which):
 def _collective_sum(extended, tensor):
     """`tensor` summed over every replica.
 
-    A ring over N devices costs each of them 2(N-1) steps in turn; at 16
-    replicas and more the sum is two rings instead, within groups of `a`
-    consecutive replicas and then across the groups among replicas of equal
-    rank in theirs: 2(a-1) + 2(N/a-1) steps (20 rather than 62 at 32).
+    A ring over N devices costs each of them 2(N-1) steps in turn. From
+    TWO_STAGE_MIN_REPLICAS on: a ring within groups of `a` consecutive replicas
+    (`a` the largest divisor of N at most its square root), then one across the
+    groups among replicas of equal rank: 2(a-1) + 2(N/a-1) steps, 20 for 62 at 32.
     """
     devices = [_tf.canonicalize_device(d) for d in extended.worker_devices]
-    inner = _inner_group_size(len(devices))
+    count = len(devices)
+    inner = 1
+    if count >= TWO_STAGE_MIN_REPLICAS:
+        inner = max(a for a in range(1, int(count**0.5) + 1) if count % a == 0)
     if inner == 1:
         return _collective(extended, tensor, [devices], None)
     replica_id = _trace_of(extended)[1]
-    groups = [devices[g : g + inner] for g in range(0, len(devices), inner)]
+    groups = [devices[g : g + inner] for g in range(0, count, inner)]
     tensor = _collective(extended, tensor, groups, replica_id // inner)
     ranks = [devices[r::inner] for r in range(inner)]
     return _collective(extended, tensor, ranks, replica_id % inner)
