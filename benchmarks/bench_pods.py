@@ -6,7 +6,8 @@ per-replica batch of 8, so the global batch grows with the replicas, as on a
 TPU. It runs 1 and 10 steps a call (a `tf.range` loop inside the function).
 A v3-32 pod (4 host processes) is timed against a one-host v3-8 and against
 the same 32 replicas in this process (`hosts=1`), side by side, alternating
-(`_common.compare`). Extra rows: the variable-free step of earlier rounds (a
+(`_common.compare`), and by CPU time a step summed over every process the step
+runs in (this one, the pod's hosts and relay), the three taken in turn. Extra rows: the variable-free step of earlier rounds (a
 matmul of constants, one scalar all-reduced; labelled as such), start-up of
 the hosts to the first all-reduce over cold starts (wall time, and CPU time
 summed over this process and every process the start launched; hosts forked
@@ -143,6 +144,35 @@ def _rss_mib(pid):
     return kib / 1024
 
 
+def _cpu_s(pids):
+    """CPU seconds (user + system) this process and processes `pids` have used (Linux)."""
+    total = time.process_time()
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _cpu_per_step(calls, pids, steps, repeats, number):
+    """{name: median CPU ms a step} of each of `calls`, over this process and `pids`
+    (a pod's hosts and relay), the calls taken in turn (reversed every other repeat).
+
+    Wall time on a loaded machine says little; CPU time summed over every process
+    a step runs in is what a pod costs its machine.
+    """
+    spent = {name: [] for name in calls}
+    order = list(calls)
+    for i in range(repeats):
+        for name in order if i % 2 == 0 else order[::-1]:
+            calls[name]()
+            start = _cpu_s(pids)
+            for _ in range(number):
+                calls[name]()
+            spent[name].append((_cpu_s(pids) - start) / number / steps * 1e3)
+    return {name: statistics.median(ms) for name, ms in spent.items()}
+
+
 def _spread(values):
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
@@ -171,13 +201,16 @@ def main(argv=None):
         strategies["pod"] = FakeTPUStrategy(pods[-1])
         strategies["hosts=1"] = FakeTPUStrategy(FakeTPUClusterResolver(POD, hosts=1))
         strategies["v3-8"] = FakeTPUStrategy(FakeTPUClusterResolver("v3-8"))
-        compared = {}
+        compared, cpu = {}, {}
+        pod = pods[0].pod
         for steps in (1, 10):
             calls = {name: _training_step(s, steps) for name, s in strategies.items()}
             for baseline in ("v3-8", "hosts=1"):
                 compared[f"train{steps}", baseline] = _common.compare(
                     calls["pod"], calls[baseline], **timing
                 )
+            pids = pod.pids + ([pod.relay_pid] if pod.relay_pid else [])
+            cpu[steps] = _cpu_per_step(calls, pids, steps, args.repeats, timing["number"])
         free = {name: _variable_free_step(s) for name, s in strategies.items()}
         compared["variable_free", "v3-8"] = _common.compare(free["pod"], free["v3-8"], **timing)
         eight = None
@@ -203,6 +236,7 @@ def main(argv=None):
         ],
         "v3-32 host RSS at first all-reduce, MiB": _spread(rss),
         **{f"v3-32 pod {kind} vs {baseline}": r for (kind, baseline), r in compared.items()},
+        **{f"train{steps} CPU ms a step, all processes": ms for steps, ms in cpu.items()},
     }
     table = [
         {
@@ -234,6 +268,15 @@ def main(argv=None):
                 "<= 1.0",
             ),
         ]
+    for steps, ms in cpu.items():
+        table.append(
+            {
+                "measure": f"CPU a training step over all processes (client, relay, hosts), "
+                f"{steps} step(s) a call",
+                "value": " / ".join(f"{name} {ms[name]:.1f} ms" for name in ms),
+                "target": "(reported)",
+            }
+        )
     table.append(
         _common.table_row(
             "v3-32 pod / v3-8, variable-free step (matmul of constants, scalar all-reduce)",

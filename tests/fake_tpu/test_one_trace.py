@@ -37,6 +37,15 @@ def both_fixture(once, per_replica):
     return {replicate.ONCE: once, replicate.PER_REPLICA: per_replica}
 
 
+@pytest.fixture(name="rings", params=["one ring", "two rings"])
+def rings_fixture(request, monkeypatch):
+    """The one trace's sums as one ring over the replicas or, as from 16 replicas
+    on, two: within pairs of replicas, then across the pairs (groups of 2 and 4)."""
+    if request.param == "two rings":
+        monkeypatch.setattr(replicate, "TWO_STAGE_MIN_REPLICAS", 2)
+    return request.param
+
+
 def _local(strategy, value):
     return [np.asarray(v).tolist() for v in strategy.experimental_local_results(value)]
 
@@ -94,7 +103,7 @@ def test_replica_index_has_no_static_value(both):
     assert static[replicate.PER_REPLICA] == list(range(REPLICAS))
 
 
-def test_all_reduce_and_all_gather_give_the_per_replica_values(both):
+def test_all_reduce_and_all_gather_give_the_per_replica_values(both, rings):
     results = {}
     for mode, strategy in both.items():
 
@@ -118,7 +127,7 @@ def test_all_reduce_and_all_gather_give_the_per_replica_values(both):
     assert gathered == [[[float(i) for i in range(1, REPLICAS + 1)]]] * REPLICAS
 
 
-def test_merge_call_reduces_and_updates_as_per_replica(both):
+def test_merge_call_reduces_and_updates_as_per_replica(both, rings):
     results = {}
     for mode, strategy in both.items():
         with strategy.scope():
@@ -138,6 +147,22 @@ def test_merge_call_reduces_and_updates_as_per_replica(both):
         results[mode] = (_local(strategy, out), [float(c) for c in v.values])
     assert results[replicate.ONCE] == results[replicate.PER_REPLICA]
     assert results[replicate.ONCE] == ([28.0] * REPLICAS, [29.0] * REPLICAS)
+
+
+def test_broadcast_gives_every_replica_the_first_replicas_value(once, rings):
+    with once.scope():
+        v = tf.Variable(0.0)
+
+    def merge_fn(strat, value):
+        return strat.extended.broadcast_to(value, destinations=v)
+
+    def fn():
+        ctx = tf.distribute.get_replica_context()
+        x = tf.cast(ctx.replica_id_in_sync_group, tf.float32) + 5.0
+        return ctx.merge_call(merge_fn, args=(x,))
+
+    out = tf.function(lambda: once.run(fn))()
+    assert _local(once, out) == [5.0] * REPLICAS
 
 
 def test_each_replica_reads_and_writes_its_own_copy(both):
@@ -214,7 +239,7 @@ def _train_dense(strategy, steps):
 
 
 @pytest.mark.requires_keras3  # Keras 3 SGD and its variables
-def test_keras_sgd_update_gives_the_per_replica_weights(both):
+def test_keras_sgd_update_gives_the_per_replica_weights(both, rings):
     once_losses, once_kernels, once_iterations, once_traces = _train_dense(both[replicate.ONCE], 3)
     losses, kernels, iterations, traces = _train_dense(both[replicate.PER_REPLICA], 3)
     np.testing.assert_allclose(once_losses, losses, rtol=1e-6)

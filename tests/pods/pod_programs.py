@@ -41,6 +41,35 @@ def _replica_ids_summed(strategy):
     return [float(v) for v in strategy.experimental_local_results(step())]
 
 
+def _reduced_to_the_client(strategy):
+    """strategy.reduce SUM and MEAN of per-replica values, and the tasks of the
+    AddN ops the reduction traced ({task: count})."""
+    import collections
+
+    import tensorflow as tf
+
+    @tf.function
+    def step():
+        def replica():
+            i = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32)
+            return i + 1.0, tf.stack([i, 2.0 * i])
+
+        scalar, vector = strategy.run(replica)
+        return (
+            strategy.reduce("SUM", scalar, axis=None),
+            strategy.reduce("MEAN", scalar, axis=None),
+            strategy.reduce("SUM", vector, axis=None),
+        )
+
+    total, mean, vector = step()
+    tasks = collections.Counter(
+        tf.DeviceSpec.from_string(op.device).task
+        for op in step.get_concrete_function().graph.get_operations()
+        if op.type == "AddN"
+    )
+    return [float(total), float(mean), vector.numpy().tolist()], dict(sorted(tasks.items()))
+
+
 def _dataset_fn(contexts):
     """Points of y = 3x + 1, sharded across the input pipelines (one per host)."""
     import tensorflow as tf
@@ -148,6 +177,7 @@ def pod(checkpoint_dir):
     ]
     out["replica_devices"] = list(extended.worker_devices)
     out["all_reduce"] = _replica_ids_summed(strategy)
+    out["reduce"], out["reduce_add_n_tasks"] = _reduced_to_the_client(strategy)
     try:
         strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", 1.0))
     except Exception as e:  # pylint: disable=broad-except

@@ -179,6 +179,15 @@ def test_tf2_pod_code_gets_32_replicas_on_4_host_processes(pod_run):
 
 
 @pytest.mark.multi_worker
+def test_strategy_reduce_sums_within_each_host_before_across_hosts(pod_run):
+    # MirroredStrategy would reduce to a CPU destination on one device, every
+    # core's value crossing gRPC; the fake sums on each host first.
+    assert pod_run["reduce"] == [528.0, 16.5, [496.0, 992.0]]
+    # Per reduce: one AddN on each of the 4 hosts, one of the host sums on host 0.
+    assert pod_run["reduce_add_n_tasks"] == {"0": 6, "1": 3, "2": 3, "3": 3}  # (JSON keys)
+
+
+@pytest.mark.multi_worker
 def test_a_device_assignment_maps_replicas_to_the_cores_of_their_hosts(pod_run):
     # Replicas on the physical coordinates of cores 0-3 of host 1, then of host 2.
     replicas, hosts, devices, total = pod_run["assigned"]

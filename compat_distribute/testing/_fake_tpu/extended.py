@@ -218,6 +218,13 @@ class FakeTPUExtended(_input.QuietInputMixin, _TPUInput):
             return self._cross_replica_sum_of_same(reduce_op, value)
         if isinstance(value, _tf.DistributedVariable):
             return self._sum_of_copies(reduce_op, value, destinations)
+        if isinstance(value, _tf.PerReplica) and self._tpu_cluster_resolver.pod is not None:
+            # MirroredExtended reduces to a CPU destination (a pod's every device)
+            # with ReductionToOneDevice whatever its cross-device ops are: each
+            # core's value would cross to one device, a gRPC transfer per core.
+            return self._get_cross_device_ops(value).reduce(
+                reduce_op, value, destinations, self._communication_options.merge(options)
+            )
         return super()._reduce_to(reduce_op, value, destinations, options)
 
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):

@@ -17,8 +17,8 @@ the fake does what the TPU does:
 - the calls sit in one function of their own, where they run side by side
   (automatic control dependencies would otherwise chain calls that share a
   resource, and a collective in the first call would wait for the second);
-- cross-replica operations are collective ops over the replicas' devices, with
-  group and instance keys from the strategy's own key allocator:
+- cross-replica operations are collective ops over the replicas' devices (from
+  16 replicas on, two rings), keyed by the strategy's own key allocator:
   `all_reduce`, `all_gather`, `merge_call` with `reduce_to` /
   `batch_reduce_to` (gradients are packed into one collective per dtype),
   `update` (each replica updates its own copy, as TPUExtended._update does in a
@@ -36,8 +36,8 @@ per replica:
 
 - in a TF1 graph (a `Session`): MirroredStrategy itself reduces without
   collectives there, and the legacy graph programs rely on it;
-- on a pod (several host processes): collectives across processes need the
-  cluster's collective setup, which the pod client does not make;
+- on a pod: collectives across the hosts' processes work but cost more CPU
+  than `pod_reduce.HostFirstReduction` (docs/pods.md gives the figures);
 - with a RuntimeWarning, for a plain Python function run eagerly (TPUStrategy
   refuses it; `extended.call_for_each_replica` may be called so), or when a
   per-replica value reaches a cross-replica operation inside the trace or a
@@ -284,29 +284,33 @@ def _replica_tensor(extended, value):
 # Collectives.
 
 
-def _keys(extended):
-    """(group key, instance key) for the next collective over the replicas' devices.
+# From this many replicas on, a sum is two rings; below, the second costs more than it
+# saves (CPU a training step, v3-8: 7.5 against 6.6 ms; 32 replicas: 41 against 47).
+TWO_STAGE_MIN_REPLICAS = 16
 
-    Every device's instance counter advances, so MirroredStrategy's own
-    collectives (the per-replica mode on the same strategy) stay in step.
-    """
+
+def _collective(extended, tensor, groups, which):
+    """One CollectiveReduceV2 sum over each of `groups` (lists of canonical devices,
+    equal sizes); `which` is the index of this replica's group, a tensor."""
     keys = _tf.collective_keys(extended)
-    devices = [_tf.canonicalize_device(d) for d in extended.worker_devices]
-    group_key = keys.get_group_key(devices)
-    instance_keys = {keys.get_instance_key(group_key, d) for d in devices}
-    if len(instance_keys) != 1:
-        raise RuntimeError(
-            f"The fake TPU's collective instance keys differ between its devices "
-            f"({sorted(instance_keys)}): a collective ran on some replicas only."
-        )
-    return group_key, instance_keys.pop()
-
-
-def _collective_sum(extended, tensor):
-    group_key, instance_key = _keys(extended)
+    group_keys, instance_keys = [], []
+    for devices in groups:
+        group_keys.append(keys.get_group_key(devices))
+        instances = {keys.get_instance_key(group_keys[-1], d) for d in devices}
+        if len(instances) != 1:
+            raise RuntimeError(
+                f"The fake TPU's collective instance keys differ between its devices "
+                f"({sorted(instances)}): a collective ran on some replicas only."
+            )
+        instance_keys.append(instances.pop())
+    if len(groups) == 1:
+        group_key, instance_key = group_keys[0], instance_keys[0]
+    else:
+        group_key = tf.gather(tf.constant(group_keys, tf.int32), which)
+        instance_key = tf.gather(tf.constant(instance_keys, tf.int32), which)
     return tf.raw_ops.CollectiveReduceV2(
         input=tensor,
-        group_size=len(extended.worker_devices),
+        group_size=len(groups[0]),
         group_key=group_key,
         instance_key=instance_key,
         ordering_token=[],
@@ -314,6 +318,28 @@ def _collective_sum(extended, tensor):
         final_op="Id",
         communication_hint="ring",
     )
+
+
+def _collective_sum(extended, tensor):
+    """`tensor` summed over every replica.
+
+    A ring over N devices costs each of them 2(N-1) steps in turn. From
+    TWO_STAGE_MIN_REPLICAS on: a ring within groups of `a` consecutive replicas
+    (`a` the largest divisor of N at most its square root), then one across the
+    groups among replicas of equal rank: 2(a-1) + 2(N/a-1) steps, 20 for 62 at 32.
+    """
+    devices = [_tf.canonicalize_device(d) for d in extended.worker_devices]
+    count = len(devices)
+    inner = 1
+    if count >= TWO_STAGE_MIN_REPLICAS:
+        inner = max(a for a in range(1, int(count**0.5) + 1) if count % a == 0)
+    if inner == 1:
+        return _collective(extended, tensor, [devices], None)
+    replica_id = _trace_of(extended)[1]
+    groups = [devices[g : g + inner] for g in range(0, count, inner)]
+    tensor = _collective(extended, tensor, groups, replica_id // inner)
+    ranks = [devices[r::inner] for r in range(inner)]
+    return _collective(extended, tensor, ranks, replica_id % inner)
 
 
 def all_reduce(extended, reduce_op, tensors):
