@@ -14,24 +14,59 @@ import textwrap
 
 import pytest
 
+import forkrun
 from compat_distribute.testing import deadlines
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# The session's warm interpreter (see `forkrun`), started on first use.
+_warm = None
 
-def run_python(code, *, timeout=120, env=None):
-    """Runs `code` in a fresh Python process; returns the CompletedProcess.
 
-    `timeout` is scaled by $COMPAT_DISTRIBUTE_TIMEOUT_SCALE (see `deadlines`).
+def run_program(argv, *, timeout=120, env=None, cwd=None, fresh=False):
+    """Runs `python *argv` (["-c", code, ...] or [script, ...]) with os.environ
+    updated by `env`; returns the CompletedProcess (text stdout and stderr).
+
+    The program is forked from the session's warm interpreter, which has
+    imported TensorFlow and numpy (see `forkrun`), unless `fresh` is true or
+    its environment differs in a variable read at import: then it runs in a
+    fresh process. `timeout` is scaled by $COMPAT_DISTRIBUTE_TIMEOUT_SCALE (see
+    `deadlines`); on timeout the program's process group is killed and
+    subprocess.TimeoutExpired raised.
     """
+    global _warm
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    timeout = deadlines.scaled(timeout)
+    if not fresh:
+        if _warm is None:
+            _warm = forkrun.WarmPython(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        if _warm.forkable(full_env):
+            return _warm.run(list(argv), env=full_env, timeout=timeout, cwd=cwd)
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
-        timeout=deadlines.scaled(timeout),
+        timeout=timeout,
         env=full_env,
+        cwd=cwd,
     )
+
+
+def run_python(code, *, timeout=120, env=None, fresh=False):
+    """Runs `code` as `python -c` (see `run_program`); returns the CompletedProcess.
+
+    `fresh=True`: a fresh process, for a program about a fresh interpreter
+    (what is imported, import-time behaviour, exit timing).
+    """
+    return run_program(["-c", textwrap.dedent(code)], timeout=timeout, env=env, fresh=fresh)
+
+
+def pytest_sessionfinish(session):
+    del session
+    global _warm
+    if _warm is not None:
+        _warm.stop()
+        _warm = None
 
 
 def _keras_version():
