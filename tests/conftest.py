@@ -19,29 +19,42 @@ from compat_distribute.testing import deadlines
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# The session's warm interpreter (see `forkrun`), started on first use.
-_warm = None
+# The session's warm interpreters (see `forkrun`), started on first use: the
+# default one (this environment) first, then one per `shared_env` given.
+_warm = []
 
 
-def run_program(argv, *, timeout=120, env=None, cwd=None, fresh=False):
+def _warm_python(env, shared_env):
+    for warm in _warm:
+        if warm.forkable(env):
+            return warm
+    if _warm and not shared_env:
+        return None
+    _warm.append(forkrun.WarmPython(env if _warm else _default_env()))
+    return _warm[-1] if _warm[-1].forkable(env) else None
+
+
+def _default_env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def run_program(argv, *, timeout=120, env=None, cwd=None, fresh=False, shared_env=False):
     """Runs `python *argv` (["-c", code, ...] or [script, ...]) with os.environ
     updated by `env`; returns the CompletedProcess (text stdout and stderr).
 
-    The program is forked from the session's warm interpreter, which has
-    imported TensorFlow and numpy (see `forkrun`), unless `fresh` is true or
-    its environment differs in a variable read at import: then it runs in a
-    fresh process. `timeout` is scaled by $COMPAT_DISTRIBUTE_TIMEOUT_SCALE (see
-    `deadlines`); on timeout the program's process group is killed and
-    subprocess.TimeoutExpired raised.
+    The program is forked from a warm interpreter that has imported TensorFlow
+    and numpy (see `forkrun`) unless `fresh` is true or its environment differs
+    from that interpreter's in a variable read at import: then it runs in a
+    fresh process. `shared_env`: many programs share this environment, so it
+    gets a warm interpreter of its own. `timeout` is scaled by
+    $COMPAT_DISTRIBUTE_TIMEOUT_SCALE (see `deadlines`); on timeout the
+    program's process group is killed and subprocess.TimeoutExpired raised.
     """
-    global _warm
-    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    full_env = dict(_default_env(), **(env or {}))
     timeout = deadlines.scaled(timeout)
-    if not fresh:
-        if _warm is None:
-            _warm = forkrun.WarmPython(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        if _warm.forkable(full_env):
-            return _warm.run(list(argv), env=full_env, timeout=timeout, cwd=cwd)
+    warm = None if fresh else _warm_python(full_env, shared_env)
+    if warm is not None:
+        return warm.run(list(argv), env=full_env, timeout=timeout, cwd=cwd)
     return subprocess.run(
         [sys.executable, *argv],
         capture_output=True,
@@ -63,10 +76,8 @@ def run_python(code, *, timeout=120, env=None, fresh=False):
 
 def pytest_sessionfinish(session):
     del session
-    global _warm
-    if _warm is not None:
-        _warm.stop()
-        _warm = None
+    while _warm:
+        _warm.pop().stop()
 
 
 def _keras_version():
@@ -98,3 +109,8 @@ def pytest_runtest_setup(item):
 @pytest.fixture(name="run_python", scope="session")
 def run_python_fixture():
     return run_python
+
+
+@pytest.fixture(name="run_program", scope="session")
+def run_program_fixture():
+    return run_program

@@ -62,9 +62,11 @@ class WarmPython:
         parent_end, child_end = socket.socketpair()
         code = _SERVE.format(tests=os.path.dirname(os.path.abspath(__file__)),
                              fd=child_end.fileno(), parent=os.getpid())
+        # Its own output (TensorFlow's import logs), read back when it fails.
+        self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [sys.executable, "-c", code], env=self.env, pass_fds=(child_end.fileno(),),
-            stdin=subprocess.DEVNULL, start_new_session=True)
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, start_new_session=True)
         child_end.close()
         self._conn = connection.Connection(parent_end.detach())
         self._carrier = socket.socket(fileno=os.dup(self._conn.fileno()))
@@ -72,7 +74,8 @@ class WarmPython:
         message = self._next(_START_S)  # Ready, or StartupFailed with the traceback.
         if not isinstance(message, protocol.Ready):
             self.stop()
-            raise RuntimeError(f"the warm Python interpreter did not start: {message!r}")
+            raise RuntimeError(f"the warm Python interpreter did not start: {message!r}; "
+                               f"its output:\n{_read(self._log)[-3000:]}")
 
     def forkable(self, env):
         """Whether a program with environment `env` may be forked from it."""
@@ -82,6 +85,9 @@ class WarmPython:
         """Runs `argv` (["-c", code, ...] or [script, ...]) in a forked child;
         returns a CompletedProcess with text stdout and stderr. On timeout, kills
         the child's process group and raises subprocess.TimeoutExpired."""
+        if argv[0].startswith("-") and argv[0] != "-c":
+            raise ValueError(f"a forked program runs `-c CODE` or a script, not {argv[0]}; "
+                             f"run it in a fresh process")
         mode, target, *args = argv if argv[0] == "-c" else ["script", *argv]
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             self._conn.send(protocol.Fork(
@@ -116,6 +122,7 @@ class WarmPython:
             self.process.wait()
         self._carrier.close()
         self._conn.close()
+        self._log.close()
 
     def _wait(self, pid, timeout):
         deadline = time.monotonic() + timeout
@@ -143,8 +150,8 @@ class WarmPython:
         try:
             message = self._conn.recv()
         except (EOFError, OSError) as e:
-            raise RuntimeError(
-                f"the warm Python interpreter (pid {self.process.pid}) died") from e
+            raise RuntimeError(f"the warm Python interpreter (pid {self.process.pid}) died; "
+                               f"its output:\n{_read(self._log)[-3000:]}") from e
         if isinstance(message, protocol.Exited):
             self._statuses[message.pid] = message.status
         return message
