@@ -42,7 +42,7 @@ _START_S = 120.0
 _ANSWER_S = 30.0
 # The command of the warm interpreter: a plain `python -c`, as a program is.
 _SERVE = ("import sys; sys.path.insert(0, {tests!r}); import forkrun; "
-          "forkrun._serve({fd}, {parent})")
+          "forkrun._serve({fd}, {parent}, {imports!r})")
 
 
 def reads_at_import(name):
@@ -57,11 +57,12 @@ def _import_time_env(env):
 class WarmPython:
     """This process's end of the warm interpreter; `run` is `subprocess.run`-like."""
 
-    def __init__(self, env):
+    def __init__(self, env, imports=("numpy",)):
+        """Starts it with environment `env`; it imports TensorFlow and `imports`."""
         self.env = dict(env)
         parent_end, child_end = socket.socketpair()
         code = _SERVE.format(tests=os.path.dirname(os.path.abspath(__file__)),
-                             fd=child_end.fileno(), parent=os.getpid())
+                             fd=child_end.fileno(), parent=os.getpid(), imports=list(imports))
         # Its own output (TensorFlow's import logs), read back when it fails.
         self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
@@ -73,9 +74,10 @@ class WarmPython:
         self._statuses = {}
         message = self._next(_START_S)  # Ready, or StartupFailed with the traceback.
         if not isinstance(message, protocol.Ready):
+            output = _read(self._log)[-3000:]
             self.stop()
             raise RuntimeError(f"the warm Python interpreter did not start: {message!r}; "
-                               f"its output:\n{_read(self._log)[-3000:]}")
+                               f"its output:\n{output}")
 
     def forkable(self, env):
         """Whether a program with environment `env` may be forked from it."""
@@ -172,13 +174,13 @@ def _kill_group(pid):
 # -- In the warm interpreter ---------------------------------------------------
 
 
-def _serve(fd, parent):
+def _serve(fd, parent, imports):
     from compat_distribute.testing.cluster import bootstrap  # pylint: disable=g-import-not-at-top
     from compat_distribute.testing.cluster import zygote  # pylint: disable=g-import-not-at-top
 
     bootstrap._tie_to_parent(parent, True)  # pylint: disable=protected-access
     sys.path.pop(0)  # This folder: a program's sys.path is a fresh `python -c`'s.
-    zygote.serve(fd, parent, ["numpy"], _run_program, _ORPHAN_EXIT_CODE)
+    zygote.serve(fd, parent, imports, _run_program, _ORPHAN_EXIT_CODE)
 
 
 def _run_program(stdout_fd, warm, mode, argv):
