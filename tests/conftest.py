@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -25,13 +26,17 @@ _warm = []
 
 
 def _warm_python(env, shared_env):
+    if threading.current_thread() is not threading.main_thread():
+        # Its parent-death signal fires when the thread that started it ends,
+        # and one connection serves one caller at a time.
+        return None
+    if not shared_env and not forkrun.same_at_import(env, _default_env()):
+        return None
     for warm in _warm:
         if warm.forkable(env):
             return warm
-    if _warm and not shared_env:
-        return None
-    _warm.append(forkrun.WarmPython(env if _warm else _default_env()))
-    return _warm[-1] if _warm[-1].forkable(env) else None
+    _warm.append(forkrun.WarmPython(env if shared_env else _default_env()))
+    return _warm[-1]
 
 
 def _default_env():

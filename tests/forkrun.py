@@ -26,13 +26,14 @@ from multiprocessing import connection
 
 from compat_distribute.testing.cluster import protocol
 
-__all__ = ["WarmPython", "reads_at_import"]
+__all__ = ["WarmPython", "reads_at_import", "same_at_import"]
 
-# Names (or prefixes, ending in "_") of the variables TensorFlow, numpy, Keras
-# or Python read at import: TF's __init__ reads TF_USE_LEGACY_KERAS, its C++
-# core TF_CPP_* and TF_ENABLE_ONEDNN_OPTS, the loader CUDA_*/LD_*.
+# Prefixes of the variables TensorFlow, numpy, Keras or Python read at import:
+# TF's __init__ reads TF_USE_LEGACY_KERAS, its C++ core TF_CPP_* and
+# TF_ENABLE_ONEDNN_OPTS, the loader CUDA_*/LD_*. Keras (which TF imports) reads
+# KERAS_BACKEND, KERAS_HOME and HOME's ~/.keras/keras.json.
 _IMPORT_TIME = ("TF_", "TF2_", "KERAS_", "PYTHON", "CUDA_", "XLA_", "NPY_", "OMP_",
-                "OPENBLAS_", "MKL_", "KMP_", "LD_", "GRPC_", "TPU_", "ABSL_", "HOME")
+                "OPENBLAS_", "MKL_", "KMP_", "LD_", "GRPC_", "TPU_", "ABSL_")
 # Read later than import, by the code that runs (TF reads TF_CONFIG when a
 # resolver or server is made; tempfile's cache is reset in the child).
 _LATE = ("TF_CONFIG", "TMPDIR")
@@ -50,8 +51,13 @@ def reads_at_import(name):
     return name not in _LATE and (name.startswith(_IMPORT_TIME) or name == "HOME")
 
 
-def _import_time_env(env):
-    return {k: v for k, v in env.items() if reads_at_import(k)}
+def same_at_import(env, other):
+    """Whether environments `env` and `other` agree in every variable read at import."""
+
+    def at_import(environment):
+        return {k: v for k, v in environment.items() if reads_at_import(k)}
+
+    return at_import(env) == at_import(other)
 
 
 class WarmPython:
@@ -81,7 +87,7 @@ class WarmPython:
 
     def forkable(self, env):
         """Whether a program with environment `env` may be forked from it."""
-        return _import_time_env(env) == _import_time_env(self.env)
+        return same_at_import(env, self.env)
 
     def run(self, argv, *, env, timeout, cwd=None):
         """Runs `argv` (["-c", code, ...] or [script, ...]) in a forked child;
