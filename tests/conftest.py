@@ -17,6 +17,7 @@ import pytest
 
 import forkrun
 from compat_distribute.testing import deadlines
+from compat_distribute.testing.cluster import launcher
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -26,6 +27,8 @@ _warm = []
 
 
 def _warm_python(env, shared_env):
+    if not launcher.zygote_wanted():  # COMPAT_DISTRIBUTE_ZYGOTE=0: fresh processes, as tasks
+        return None
     if threading.current_thread() is not threading.main_thread():
         # Its parent-death signal fires when the thread that started it ends,
         # and one connection serves one caller at a time.
@@ -50,7 +53,8 @@ def run_program(argv, *, timeout=120, env=None, cwd=None, fresh=False, shared_en
     The program is forked from a warm interpreter that has imported TensorFlow
     and numpy (see `forkrun`) unless `fresh` is true or its environment differs
     from that interpreter's in a variable read at import: then it runs in a
-    fresh process. `shared_env`: many programs share this environment, so it
+    fresh process (so do all with COMPAT_DISTRIBUTE_ZYGOTE=0, as cluster
+    tasks do). `shared_env`: many programs share this environment, so it
     gets a warm interpreter of its own. `timeout` is scaled by
     $COMPAT_DISTRIBUTE_TIMEOUT_SCALE (see `deadlines`); on timeout the
     program's process group is killed and subprocess.TimeoutExpired raised.
