@@ -2,8 +2,9 @@
 
 A fresh `python -c` that imports TensorFlow pays ~2.5 s of CPU for the import.
 `WarmPython` starts one interpreter per test session (per xdist worker) that
-imports TensorFlow and numpy without running an op (not Keras: its backend is
-chosen at its import), then forks one child per program with the cluster
+imports TensorFlow and numpy without running an op (Keras only as far as
+TensorFlow's import loads it: the variables that choose Keras count as read at
+import), then forks one child per program with the cluster
 zygote's machinery (`compat_distribute.testing.cluster.zygote`): the zygote
 refuses to fork once TensorFlow's runtime is initialised or a second thread
 runs. The child takes the program's environment, cwd, argv, stdout and stderr
@@ -213,10 +214,14 @@ def _run_program(stdout_fd, warm, mode, argv):
         sys.path[0] = os.path.dirname(os.path.realpath(target))
         with open(target, "rb") as f:
             source, filename = f.read(), target
-        main.__file__ = target
+        main.__file__ = os.path.join(cwd, target)  # Absolute (not normalised), as Python's.
         main.__cached__ = None
     sys.modules["__main__"] = main
-    os._exit(_exit_status(lambda: exec(compile(source, filename, "exec"), main.__dict__)))
+    code = _exit_status(lambda: exec(compile(source, filename, "exec"), main.__dict__))
+    if code == -signal.SIGINT:  # Python ends an uncaught KeyboardInterrupt by that signal.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
 
 
 def _exit_status(run):
@@ -232,7 +237,7 @@ def _exit_status(run):
     except BaseException as e:  # pylint: disable=broad-except
         tb = e.__traceback__.tb_next.tb_next  # Skips this frame and the lambda's.
         sys.excepthook(type(e), e.with_traceback(tb), tb)
-        code = 1
+        code = -signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
     try:
         threading._shutdown()  # pylint: disable=protected-access
         atexit._run_exitfuncs()  # pylint: disable=protected-access

@@ -44,8 +44,9 @@ def _gone(pid, within=10.0):
         ("import sys; sys.exit('a message')", 1, "", "a message\n"),
         ("import atexit; atexit.register(print, 'at exit')", 0, "at exit\n", ""),
         ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", -signal.SIGTERM, "", ""),
+        ("raise KeyboardInterrupt", -signal.SIGINT, "", "KeyboardInterrupt\n"),
     ],
-    ids=["ok", "exception", "system-exit", "exit-message", "atexit", "signal"],
+    ids=["ok", "exception", "system-exit", "exit-message", "atexit", "signal", "interrupt"],
 )
 def test_a_forked_program_exits_as_python_would(run_program, code, status, stdout, stderr_end):
     forked = run_program(["-c", code])
@@ -64,11 +65,11 @@ def test_a_forked_program_has_its_env_cwd_argv_and_main(run_program, tmp_path):
         print("tensorflow" in sys.modules)
     """))
     (tmp_path / "sub").mkdir()
-    argv = [str(script), "a", "b"]
+    argv = ["../prog.py", "a", "b"]
     forked = run_program(argv, env={"MARK": "m"}, cwd=tmp_path / "sub")
     fresh = run_program(argv, env={"MARK": "m"}, cwd=tmp_path / "sub", fresh=True)
     assert forked.returncode == 0, forked.stderr
-    first = f"__main__ {script} {argv} {tmp_path} {tmp_path / 'sub'} m"
+    first = f"__main__ {tmp_path / 'sub' / '..' / 'prog.py'} {argv} {tmp_path} {tmp_path / 'sub'} m"
     assert forked.stdout.splitlines() == [first, "True"]  # imported by the warm interpreter
     assert fresh.stdout.splitlines() == [first, "False"]
     code = "import os, sys; print(sys.argv, repr(sys.path[0]), 'MARK' in os.environ)"
