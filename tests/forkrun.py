@@ -187,7 +187,20 @@ def _serve(fd, parent, imports):
 
     bootstrap._tie_to_parent(parent, True)  # pylint: disable=protected-access
     sys.path.pop(0)  # This folder: a program's sys.path is a fresh `python -c`'s.
+    before = dict(os.environ)
+    try:
+        import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    except BaseException:  # pylint: disable=broad-except
+        pass  # `serve` imports it again, and reports what fails.
+    # TensorFlow's import sets TF2_BEHAVIOR and a default or two in os.environ,
+    # which a program's environment, put in place after the fork, lacks.
+    _SET_AT_IMPORT.update(
+        {k: (before.get(k), v) for k, v in os.environ.items() if before.get(k) != v})
     zygote.serve(fd, parent, imports, _run_program, _ORPHAN_EXIT_CODE)
+
+
+# Variable -> (value before, value after) TensorFlow's import, in the warm interpreter.
+_SET_AT_IMPORT = {}
 
 
 def _run_program(stdout_fd, warm, mode, argv):
@@ -197,6 +210,9 @@ def _run_program(stdout_fd, warm, mode, argv):
     bootstrap._tie_to_parent(warm, True)  # pylint: disable=protected-access
     os.dup2(stdout_fd, 1)
     os.close(stdout_fd)
+    for name, (before, after) in _SET_AT_IMPORT.items():
+        if os.environ.get(name) == before:  # As the import would have set it.
+            os.environ[name] = after
     cwd, target, *args = argv
     os.chdir(cwd)
     for name in [n for n in sys.modules if n.split(".")[0] in ("compat_distribute", "forkrun")]:

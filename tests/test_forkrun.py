@@ -91,6 +91,25 @@ def test_an_import_time_variable_gives_a_fresh_process(run_program):
     assert not forkrun.reads_at_import("TF_CONFIG") and not forkrun.reads_at_import("TMPDIR")
 
 
+def test_a_forked_program_has_what_tensorflows_import_put_in_its_environment():
+    # This process imported TensorFlow, so its environment holds them already.
+    set_at_import = ("TF2_BEHAVIOR", "ENABLE_RUNTIME_UPTIME_TELEMETRY")
+    env = {k: v for k, v in os.environ.items() if k not in set_at_import}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    code = "import os, tensorflow; print([os.environ.get(k) for k in %r])" % (set_at_import,)
+    warm = forkrun.WarmPython(env)
+    try:
+        forked = warm.run(["-c", code], env=env, timeout=60)
+        with_own = warm.run(["-c", code], env=dict(env, ENABLE_RUNTIME_UPTIME_TELEMETRY="0"),
+                            timeout=60)
+    finally:
+        warm.stop()
+    fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert forked.stdout == fresh.stdout == "['1', '1']\n", (forked.stderr, fresh.stderr)
+    assert with_own.stdout == "['1', '0']\n", with_own.stderr  # TF only sets a default
+
+
 def test_a_timeout_kills_the_program_and_what_it_started(run_program):
     code = """
 import subprocess, sys, time
