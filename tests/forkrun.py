@@ -64,6 +64,9 @@ def same_at_import(env, other):
 class WarmPython:
     """This process's end of the warm interpreter; `run` is `subprocess.run`-like."""
 
+    # The pids of those running, started by this process (for leak checks).
+    running = set()
+
     def __init__(self, env, imports=("numpy",)):
         """Starts it with environment `env`; it imports TensorFlow and `imports`."""
         self.env = dict(env)
@@ -76,6 +79,7 @@ class WarmPython:
             [sys.executable, "-c", code], env=self.env, pass_fds=(child_end.fileno(),),
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, start_new_session=True)
         child_end.close()
+        WarmPython.running.add(self.process.pid)
         self._conn = connection.Connection(parent_end.detach())
         self._carrier = socket.socket(fileno=os.dup(self._conn.fileno()))
         self._statuses = {}
@@ -129,6 +133,7 @@ class WarmPython:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        WarmPython.running.discard(self.process.pid)
         self._carrier.close()
         self._conn.close()
         self._log.close()
