@@ -2,6 +2,7 @@
 (tests/pods/conftest.py puts this folder on their sys.path)."""
 
 import os
+import sys
 import tempfile
 
 import pytest
@@ -28,12 +29,18 @@ def _children_by_parent():
 
 
 def descendants(pid=None):
+    """The descendants of `pid` (default: this process), but the session's warm
+    interpreters that fork the tests' programs (see tests/forkrun.py), which
+    live as long as the session."""
     children = _children_by_parent()
+    forkrun = sys.modules.get("forkrun")  # Not loaded in the tests' own programs.
+    warm = forkrun.WarmPython.running if forkrun is not None else set()
     found, todo = set(), [pid or os.getpid()]
     while todo:
         for child in children.get(todo.pop(), ()):
-            found.add(child)
-            todo.append(child)
+            if child not in warm:
+                found.add(child)
+                todo.append(child)
     return found
 
 

@@ -1,7 +1,9 @@
-"""Every ```python block of README.md and docs/*.md runs as written, each in a fresh process.
+"""Every ```python block of README.md and docs/*.md runs as written, each in a process of its own.
 
 A block runs as a script (`python example.py`) in an empty directory, with this
-tree's package first on the path. An HTML comment on the line before a block
+tree's package first on the path, forked from a warm interpreter that has
+imported TensorFlow (conftest's `run_program`); a pytest block runs in a fresh
+process (pytest's plugin is about a fresh interpreter's start). An HTML comment on the line before a block
 changes how it runs:
 
     <!-- run: pytest -->      the block is a test file: `pytest test_example.py` must pass
@@ -12,8 +14,6 @@ changes how it runs:
 import os
 import pathlib
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -43,17 +43,17 @@ def _blocks():
 
 
 @pytest.mark.parametrize("code, directives", list(_blocks()))
-def test_block_runs(code, directives, tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               TF_CPP_MIN_LOG_LEVEL="2")
-    if ("run", "pytest") in directives:
+def test_block_runs(code, directives, tmp_path, run_program):
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    pytest_block = ("run", "pytest") in directives
+    if pytest_block:
         (tmp_path / "test_example.py").write_text(code)
-        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_example.py"]
+        argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_example.py"]
     else:
         (tmp_path / "example.py").write_text(code)
-        argv = [sys.executable, "example.py"]
-    result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=TIMEOUT_S)
+        argv = ["example.py"]
+    result = run_program(argv, cwd=tmp_path, env=env, timeout=TIMEOUT_S, fresh=pytest_block,
+                         shared_env=True)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     if ("run", "pytest") in directives:
         assert re.search(r"\d+ passed", result.stdout) and "failed" not in result.stdout, result.stdout

@@ -66,7 +66,8 @@ def test_the_presets_and_the_default_import_no_tensorflow(run_python):
         from compat_distribute.testing.pytest import options
         print(DEFAULT_TOPOLOGY, options.read().fake_tpu_topology, len(PRESETS))
         print(sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow"))
-        """
+        """,
+        fresh=True,  # It asserts what a fresh interpreter has imported.
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == [f"v3-8 v3-8 {len(PRESETS)}", "[]"]

@@ -64,6 +64,7 @@ def run_legacy_script_fixture(run_python):
             ),
             timeout=timeout,
             env=env,
+            fresh=exit_normally,  # Its exit time is a fresh process's, TensorFlow's teardown included.
         )
         exited = time.time()
         assert result.returncode == 0, f"{name} failed:\n{result.stderr[-6000:]}"

@@ -46,7 +46,8 @@ def test_adapter_imports_no_tensorflow_until_used(run_python):
         import sys
         import compat_distribute._tf, compat_distribute.testing._tf
         print(sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow"))
-        """
+        """,
+        fresh=True,  # It asserts what a fresh interpreter has imported.
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

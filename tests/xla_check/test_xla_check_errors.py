@@ -111,7 +111,8 @@ def test_the_error_class_is_loaded_on_first_use(run_python):
         error = testing.TPUCompatibilityError
         import tensorflow as tf
         print(issubclass(error, tf.errors.InvalidArgumentError), error.__module__)
-        """
+        """,
+        fresh=True,  # It asserts what a fresh interpreter has imported.
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["False", "True compat_distribute.testing.xla_check.errors"]
