@@ -202,6 +202,9 @@ class Launcher:
 
     def wait_ready(self):
         wait_ready(self.tasks + self.helpers, self._start_timeout)
+        if self.zygote is not None:
+            # Tasks may say Ready before their zygote dies, and die with it after.
+            self.zygote.check("during start-up")
 
     def stop(self, graceful):
         """Stops every process (asked to exit first when `graceful`), closes the
