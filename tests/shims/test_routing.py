@@ -300,7 +300,8 @@ UNINSTALL_LEAVES = """
         with strategy.scope():
             model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
             model.compile("sgd", "mse")
-        out["steps_per_execution"] = int(model.steps_per_execution)
+        spe = model.steps_per_execution  # Keras 2 (TF 2.15) keeps it in a variable
+        out["steps_per_execution"] = int(spe.numpy() if hasattr(spe, "numpy") else spe)
     print(json.dumps(out))
 """
 
