@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 
@@ -17,15 +16,6 @@ from cluster_checks import running
 from compat_distribute.testing.cluster import ClusterTaskError
 from compat_distribute.testing.cluster import local_cluster
 from compat_distribute.testing.cluster import workdir
-
-
-@pytest.fixture(name="temp_dir")
-def temp_dir_fixture(tmp_path, monkeypatch):
-    """A temp dir of the test's own, so that it can be checked to be empty."""
-    directory = tmp_path / "tmp"
-    directory.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(directory))
-    return directory
 
 
 def _abandoned_dir(parent, task_pid):

@@ -4,7 +4,6 @@ such as a long-lived server, and leaves nothing behind."""
 import os
 import signal
 import sys
-import tempfile
 import time
 
 import pytest
@@ -17,12 +16,6 @@ from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import task as task_lib
 from compat_distribute.testing.cluster import workdir as workdir_lib
 from compat_distribute.testing.cluster.hooks import LaunchHooks
-
-
-@pytest.fixture(name="temp_dir")
-def temp_dir_fixture(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return tmp_path
 
 
 def test_a_task_runs_a_long_lived_main_until_told_to_exit(temp_dir):

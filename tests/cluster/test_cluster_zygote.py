@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 
@@ -30,14 +29,6 @@ from compat_distribute.testing.cluster import zygote as zygote_lib
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "pidfd_open"), reason="the zygote needs os.pidfd_open (Linux)"
 )
-
-
-@pytest.fixture(name="temp_dir")
-def temp_dir_fixture(tmp_path, monkeypatch):
-    directory = tmp_path / "tmp"
-    directory.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(directory))
-    return directory
 
 
 def _parent(pid):
