@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+import pod_helpers
 import pytest
 
 from compat_distribute.testing.cluster import workdir
@@ -118,14 +119,6 @@ os._exit(0)  # The hosts are stopped; TensorFlow may block at exit on their cont
 """
 
 
-def _running(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _expected_batches(offset):
     """Each host's pipeline reads its share of every global batch, host 0's first:
     the pipelines take the dataset's elements in turn (auto-sharding by element)."""
@@ -176,8 +169,8 @@ def test_two_pod_clients_side_by_side_get_their_own_values_and_leave_nothing(tmp
     pids = [p for r in results for p in r["hosts"] + ([r["relay"]] if r["relay"] else [])]
     assert len(set(pids)) == len(pids)
     deadline = time.monotonic() + 10
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+    while any(pod_helpers.running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert [p for p in pids if _running(p)] == []
+    assert [p for p in pids if pod_helpers.running(p)] == []
     # The hosts' directories (their logs and TMPDIRs) are gone too.
     assert [n for n in os.listdir(tmp_path) if n.startswith(workdir.PREFIX)] == []

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import pod_helpers
 import pytest
 
 from compat_distribute.testing.cluster import workdir
@@ -72,14 +73,6 @@ os._exit(0)  # The hosts are stopped; TensorFlow may block at exit on their cont
 """
 
 
-def _running(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.multi_worker
 def test_an_eight_host_preset_feeds_each_host_and_all_reduces(tmp_path):
     result = subprocess.run(
@@ -105,7 +98,7 @@ def test_an_eight_host_preset_feeds_each_host_and_all_reduces(tmp_path):
     pids = out["hosts"] + ([out["relay"]] if out["relay"] else [])
     assert len(set(out["hosts"])) == HOSTS
     deadline = time.monotonic() + 10
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+    while any(pod_helpers.running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert [p for p in pids if _running(p)] == []
+    assert [p for p in pids if pod_helpers.running(p)] == []
     assert [n for n in os.listdir(tmp_path) if n.startswith(workdir.PREFIX)] == []
