@@ -48,12 +48,3 @@ def run_program(file, name, *args, extra_env=None):
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-5000:]
     return json.loads(lines[-1][len("RESULT ") :])
-
-
-def running(pid):
-    """Whether process `pid` runs (exists and has not ended as a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False

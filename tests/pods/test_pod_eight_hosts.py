@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-import pod_helpers
+import cluster_checks
 import pytest
 
 from compat_distribute.testing.cluster import workdir
@@ -98,7 +98,7 @@ def test_an_eight_host_preset_feeds_each_host_and_all_reduces(tmp_path):
     pids = out["hosts"] + ([out["relay"]] if out["relay"] else [])
     assert len(set(out["hosts"])) == HOSTS
     deadline = time.monotonic() + 10
-    while any(pod_helpers.running(p) for p in pids) and time.monotonic() < deadline:
+    while any(cluster_checks.running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert [p for p in pids if pod_helpers.running(p)] == []
+    assert [p for p in pids if cluster_checks.running(p)] == []
     assert [n for n in os.listdir(tmp_path) if n.startswith(workdir.PREFIX)] == []
