@@ -8,6 +8,7 @@ default fake TPU with a fresh TMPDIR, and a text run with an injected failure.
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -276,6 +277,22 @@ def test_json_run_on_the_fake_tpu_prints_the_report_alone_and_leaves_tmpdir_empt
     assert "experimental_run_v2 is deprecated; use run (renamed in TensorFlow 2.2)" in (
         report["deprecation_warnings"]
     )
+
+
+# What changes from run to run in a text report: seconds and steps per second.
+_TIMINGS = re.compile(r" *\d+\.\d+s\b|\d+(\.\d+)? steps/s")
+
+
+def _readme_sample():
+    readme = open(os.path.join(REPO, "README.md")).read()
+    return readme.split("```\n$ compat-distribute smoke\n", 1)[1].split("```", 1)[0]
+
+
+def test_a_default_text_run_passes_and_prints_the_readme_sample():
+    result = run_cli("smoke")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    masked = [_TIMINGS.sub("#", line) for line in result.stdout.splitlines()]
+    assert masked == [_TIMINGS.sub("#", line) for line in _readme_sample().splitlines()]
 
 
 def test_text_run_with_injected_failure_shows_the_held_back_log():
