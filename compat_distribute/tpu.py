@@ -73,9 +73,16 @@ def _check_args(tpu_cluster_resolver, steps_per_run, device_assignment):
         tpu=True,
         is_tpu=is_tpu_resolver(tpu_cluster_resolver),
     )
-    if device_assignment is None and _is_device_assignment(steps_per_run):
+    if _is_device_assignment(steps_per_run):
         # TF 2.0-2.2's tf.distribute.experimental.TPUStrategy(resolver,
         # device_assignment), routed here by install(): its second argument.
+        if device_assignment is not None:
+            raise TypeError(
+                f"TPUStrategy() got multiple values for argument 'device_assignment': a "
+                f"DeviceAssignment second (where TF1 takes steps_per_run, and TF 2.0-2.2 "
+                f"took the assignment) and device_assignment={_validate.show(device_assignment)}"
+                f". Pass it once: TPUStrategy(resolver, steps_per_run=N, device_assignment=...)."
+            )
         steps_per_run, device_assignment = None, steps_per_run
     return (
         _validate.steps_per_run(steps_per_run),

@@ -53,6 +53,25 @@ def test_a_marker_with_more_than_a_count_fails_its_test(pytester):
     ])
 
 
+def test_a_tpu_marker_with_arguments_fails_its_test(pytester):
+    # tpu("x") used to be taken as tpu, the "x" ignored (and skipped on the fake).
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.tpu("x")
+        def test_named():
+            raise AssertionError("ran")
+        """)
+    result = pytester.runpytest("-p", "no:xdist")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        "@pytest.mark.tpu takes no arguments; got tpu('x') in "
+        "test_a_tpu_marker_with_arguments_fails_its_test.py::test_named. Write "
+        "@pytest.mark.tpu, and choose the TPU with --tpu (e.g. --tpu=auto, or --tpu=NAME for "
+        "a TPU of that name).",
+    ])
+
+
 def test_items_of_other_plugins_count_for_markers_only(pytester):
     # An item without fixtures (as a linter's or a data file's) must not break
     # the count; its multi_device marker still counts.

@@ -74,6 +74,7 @@ def pytest_runtest_setup(item):
     if not session.usable:
         session.tpu().backend()  # Fails the test with why the session cannot run.
     markers.count(item, "multi_worker")  # Checks the argument.
+    markers.check_tpu(item)
 
 
 @pytest.hookimpl(wrapper=True)
