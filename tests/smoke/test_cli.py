@@ -132,6 +132,16 @@ def test_bad_arguments_exit_2_naming_the_flag(args, message, capsys):
     [
         ([], "the following arguments are required: COMMAND"),
         (["smok"], "argument COMMAND: invalid choice: 'smok' (choose from 'smoke')"),
+        (  # was "the following arguments are required: COMMAND", the flag unnamed
+            ["--bogus-flag"],
+            "unrecognized arguments: --bogus-flag. Before COMMAND come only -h, --help, "
+            "--version; a command's options follow it (see 'compat-distribute smoke --help').",
+        ),
+        (
+            ["--json", "smoke"],
+            "unrecognized arguments: --json. Before COMMAND come only -h, --help, --version; "
+            "a command's options follow it (see 'compat-distribute smoke --help').",
+        ),
     ],
 )
 def test_bad_command_exits_2(args, message, capsys):
@@ -246,6 +256,23 @@ def test_unreachable_tpu_fails_fast_with_reason(capsys):
         "error": reason,
     }
     assert err == f"compat-distribute smoke: error: {reason}\n"
+
+
+def test_auto_with_a_tpu_name_that_does_not_resolve_names_the_variable(capsys, monkeypatch):
+    for name in ("KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", "TPU_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TPU_NAME", "garbage")
+    code = cli.main(["smoke", "--tpu", "auto", "--timeout", "60"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(
+        "compat-distribute smoke: error: the TPU named by the environment "
+        "(TPU_NAME='garbage') is not reachable: "
+    ), err
+    assert err.endswith(
+        ". Set TPU_NAME to a reachable TPU (its name, or grpc://host:port), or unset it: then "
+        "'auto' takes this host's own TPU, else the local GPUs or the fake.\n"
+    ), err
 
 
 def test_json_run_on_the_fake_tpu_prints_the_report_alone_and_leaves_tmpdir_empty():
