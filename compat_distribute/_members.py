@@ -80,15 +80,64 @@ def _reduce(self, reduce_op, value, axis=None):
     _validate.reduce_op(reduce_op)
     if axis is None and not isinstance(value, (list, tuple, dict)):
         # The common call, a single value: no per-leaf work.
+        _check_same_shapes(value)
         return _tf.StrategyBase.reduce(self, reduce_op, value, None)
 
     import tensorflow as tf
 
     def reduce_one(leaf):
-        leaf_axis = None if _rank(leaf) == 0 else axis
+        rank = _rank(leaf)
+        leaf_axis = None if rank == 0 else axis
+        _check_axis(leaf_axis, rank)
+        if leaf_axis is None:
+            _check_same_shapes(leaf)
         return _tf.StrategyBase.reduce(self, reduce_op, leaf, leaf_axis)
 
     return tf.nest.map_structure(reduce_one, value)
+
+
+def _check_axis(axis, rank):
+    """An axis past a value's rank fails with TensorFlow's text, first even inside a
+    traced step (where TF's own error comes after AutoGraph's frames)."""
+    if axis is None or rank is None or not isinstance(axis, int) or -rank <= axis < rank:
+        return
+    raise _validate.leading(ValueError(
+        f"reduce: axis={axis} is out of range for a value of rank {rank}: Invalid reduction "
+        f"dimension {axis} for input with {rank} dimensions. Pass an axis from {-rank} to "
+        f"{rank - 1} to also reduce each replica's value along it, or axis=None to reduce "
+        f"across replicas only."
+    ))
+
+
+def _check_same_shapes(value):
+    """Replicas' values of different static shapes fail with why (TensorFlow's AddN
+    says only that its inputs differ): most often a global batch smaller than the
+    replica count, which leaves some replicas no examples (Keras 3's fit reduces
+    its first batch so)."""
+    values = getattr(value, "values", None)
+    shapes = [getattr(v, "shape", None) for v in values] if isinstance(values, tuple) else []
+    if len(shapes) < 2 or not all(s is not None and s.is_fully_defined() for s in shapes):
+        return
+    shapes = [s.as_list() for s in shapes]
+    if all(s == shapes[0] for s in shapes):
+        return
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    other = next(i for i, s in enumerate(shapes) if s != shapes[0])
+    text = (
+        f"reduce: the replicas' values differ in shape ({shapes[0]} on replica 0, "
+        f"{shapes[other]} on replica {other}), and a reduction across replicas adds them "
+        f"up element by element."
+    )
+    if all(len(s) == len(shapes[0]) and s[1:] == shapes[0][1:] for s in shapes):
+        batch = sum(s[0] for s in shapes)
+        text += (
+            f" A batch of {batch} examples split over {len(shapes)} replicas gives some "
+            f"replicas fewer (or none): make the global batch size a multiple of the "
+            f"{len(shapes)} replicas (e.g. batch_size={len(shapes) * max(1, -(-batch // len(shapes)))}"
+            f" in Keras' fit), or batch the dataset with drop_remainder=True."
+        )
+    raise tf.errors.InvalidArgumentError(None, None, text)
 
 
 def _rank(value):

@@ -115,7 +115,10 @@ def tf_keras_version():
 def _keras_2_advice():
     """How to train this model with Keras 2, for the Keras in use."""
     if tf_keras_version() == 3:
-        return "use Keras 2 (pip install compat_distribute[legacy], TF_USE_LEGACY_KERAS=1)"
+        return (
+            "use Keras 2 (tf-keras of your TensorFlow's version, the [legacy] extra, with "
+            "TF_USE_LEGACY_KERAS=1)"
+        )
     major, minor = _tensorflow_version()
     why = (
         f"on TensorFlow {major}.{minor}"

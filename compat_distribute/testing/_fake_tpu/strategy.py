@@ -160,10 +160,14 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         return self.extended._tpu_cluster_resolver  # pylint: disable=protected-access
 
     # TPUStrategyV2's own code; reads extended._tpu_devices and
-    # extended._use_spmd_for_xla_partitioning.
-    experimental_assign_to_logical_device = _tf.TPUStrategyV2.experimental_assign_to_logical_device
-    experimental_split_to_logical_devices = _tf.TPUStrategyV2.experimental_split_to_logical_devices
-    experimental_replicate_to_logical_devices = (
+    # extended._use_spmd_for_xla_partitioning. Its errors lead in a traced step.
+    experimental_assign_to_logical_device = _validate.errors_lead(
+        _tf.TPUStrategyV2.experimental_assign_to_logical_device
+    )
+    experimental_split_to_logical_devices = _validate.errors_lead(
+        _tf.TPUStrategyV2.experimental_split_to_logical_devices
+    )
+    experimental_replicate_to_logical_devices = _validate.errors_lead(
         _tf.TPUStrategyV2.experimental_replicate_to_logical_devices
     )
 
