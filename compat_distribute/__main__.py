@@ -192,6 +192,13 @@ def main(argv=None):
     smoke_parser = build_smoke_parser()
     args = smoke_parser.parse_args(argv[split + 1 :])
     _check_fake_options(args, smoke_parser)
+    from compat_distribute.smoke import environment  # pylint: disable=g-import-not-at-top
+
+    try:  # Before TensorFlow: a bad value is one line, exit 2.
+        environment.check_all(os.environ)
+    except ValueError as e:
+        _say(f"{PROG} smoke: error: {e}", sys.stderr)
+        return 2
     return _smoke(args)
 
 
