@@ -36,6 +36,11 @@ def pytest_addoption(parser):
     options.add_to_parser(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config):
+    devices.set_up_before_conftests(early_config)
+
+
 def pytest_configure(config):
     for line in markers.LINES:
         config.addinivalue_line("markers", line)

@@ -362,10 +362,15 @@ def add_to_parser(parser):
         parser.addini(option.name, option.help, default="")
 
 
-def from_config(config):
-    """Reads `Settings` for a pytest session: its command line, the environment, its ini file."""
+def from_config(config, parsed=None):
+    """Reads `Settings` for a pytest session: its command line, the environment, its ini file.
+
+    `parsed` holds the command line's options: `config.option` by default;
+    `config.known_args_namespace` before pytest has parsed all of it.
+    """
+    parsed = config.option if parsed is None else parsed
     return read(
-        cli={o.name: config.getoption(o.dest) for o in OPTIONS},
+        cli={o.name: getattr(parsed, o.dest, None) for o in OPTIONS},
         env=os.environ,
         ini={o.name: config.getini(o.name) for o in OPTIONS},
         ini_path=config.inipath,
