@@ -105,7 +105,8 @@ def install():
         importlib.import_module("tensorflow.compat.v1")
         # Above fake_tpu()'s routes whatever the order: the shims build the fake's
         # strategies from its resolver, and also take the historical signatures.
-        _patch = _patching.Patch(_routes(), precedence=1).start()
+        # Classes bound before install() build the shims too (forward_bound).
+        _patch = _patching.Patch(_routes(), precedence=1, forward_bound=True).start()
         for name, module in _contrib_modules().items():
             sys.modules.setdefault(name, module)
 

@@ -63,6 +63,8 @@ INTERNALS = {
     "async_wait": "tensorflow.python.eager.context:async_wait",
     # The cluster's zygote forks only while no eager context exists (None).
     "context_safe": "tensorflow.python.eager.context:context_safe",
+    # TF's TPU system calls, whatever name reached them (see _fake_tpu.system).
+    "tpu_strategy_util": "tensorflow.python.tpu.tpu_strategy_util",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on

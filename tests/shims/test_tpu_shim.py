@@ -163,6 +163,18 @@ def test_a_device_assignment_passed_second_is_taken_as_one(tf_init_calls):
     assert len(tf_init_calls) == 1
 
 
+def test_tf1s_class_bound_before_install_builds_the_shim(tf_init_calls):
+    # `from tensorflow.compat.v1.distribute.experimental import TPUStrategy` above
+    # install() binds TensorFlow's own class, which install() cannot re-route.
+    bound = tf.compat.v1.distribute.experimental.TPUStrategy
+    with cd.installed():
+        strategy = bound(StandInTPUResolver(), steps_per_run=4)
+    assert isinstance(strategy, cd.TPUStrategy)
+    assert strategy.extended.steps_per_run == 4
+    assert len(tf_init_calls) == 1
+    assert type(bound(StandInTPUResolver(), steps_per_run=4)) is bound  # uninstalled
+
+
 def test_real_backend_experimental_run_sends_a_tf_function_to_run_in_eager_mode(monkeypatch):
     """TF2 routes `experimental_run` to `run`, which a TPU takes eagerly for a tf.function."""
     strategy = cd.TPUStrategy(StandInTPUResolver())

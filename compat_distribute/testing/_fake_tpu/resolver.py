@@ -84,6 +84,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
             self.pod = pod_lib.shared(self._topology_name) or pod
             self._core_devices = self.pod.core_devices
         self._tpu = f"fake-{self._topology_name}"  # TF's initialize_tpu_system keys on this.
+        from compat_distribute.testing._fake_tpu import system  # pylint: disable=g-import-not-at-top
+
+        system.take_fake_resolvers()  # TensorFlow's own TPU calls take this resolver too
         self.task_type = job_name
         self.task_id = 0
         self._tpu_topology = None  # The serialized proto, once initialized (as in TF).
