@@ -41,7 +41,7 @@ class _Stack:
                 # Deleted, a patched __new__ leaves the class's slot pointing at the
                 # lookup of __new__ (CPython's update_one_slot), and object.__new__
                 # then refuses the class's arguments: one that passes them on stays.
-                setattr(self.owner, self.name, forwarding_new(self.owner, lambda *a, **k: None))
+                setattr(self.owner, self.name, _neutral_new(self.owner))
             elif self.own is _ABSENT:  # inherited, or no such name: as it was
                 delattr(self.owner, self.name)
             else:
@@ -65,8 +65,17 @@ def _own(owner, name):
     # A class's own entry, unwrapped (a staticmethod stays one); an inherited
     # method is not the class's own, and is inherited again after the last stop.
     if isinstance(owner, type):
-        return vars(owner).get(name, _ABSENT)
+        own = vars(owner).get(name, _ABSENT)
+        return _ABSENT if getattr(own, "neutral", False) else own
     return getattr(owner, name, _ABSENT)
+
+
+def _neutral_new(cls):
+    """The `__new__` a class keeps once its patched one is gone (see `_Stack`):
+    builds the class as before; counts as none of its own."""
+    new = forwarding_new(cls, lambda *a, **k: None)
+    new.neutral = True
+    return new
 
 
 def original(where, name):
@@ -111,7 +120,7 @@ def _forwarding(owner, name, value):
     if not isinstance(replaced, type):
         return None
     patched = _STACKS.get((id(replaced), "__new__"))
-    if (vars(replaced).get("__new__", _ABSENT) if patched is None else patched.own) is not _ABSENT:
+    if (_own(replaced, "__new__") if patched is None else patched.own) is not _ABSENT:
         return None  # A class with a __new__ of its own: not forwarded.
     if isinstance(value, type) and issubclass(value, replaced):
         return None  # Python would run __init__ on what it builds a second time.
