@@ -1,21 +1,7 @@
 """The V1 member table: what TF1 code may call on a strategy, and how TF2 serves it.
 
-Every public member of TF1's `tf.compat.v1.distribute.experimental.TPUStrategy`,
-`...MultiWorkerMirroredStrategy` and `tf.distribute.StrategyExtended` (the v1 API
-goldens) has one row here, in one of three kinds:
-
-* `WORKS`: behaves as in TF1. `impl` is None when TF2 still provides the member
-  unchanged, else the function that restores the V1 behaviour.
-* `RENAMED`: served under the old name; each access warns
-  `<old> is deprecated; use <new> ...` with a `DeprecationWarning` pointing at
-  the caller's line, and returns the new member.
-* `GONE`: TF2 has no equivalent; access raises `AttributeError` saying what to do.
-
-`serve(cls, shim, scope)` installs the rows on a shim class as descriptors.
-Descriptors rather than a class `__getattr__`, because several V1 names still
-exist on the TF2 base classes (`reduce`, `unwrap`, `configure`) and must be
-shadowed, and because descriptors cost nothing on the hot path.
-docs/migration.md's member table is generated from `TABLE` (see `migration_table`).
+One row a member (works, renamed or gone), served as descriptors; docs/migration.md's
+member table is generated from it.
 """
 
 import dataclasses

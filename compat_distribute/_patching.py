@@ -1,13 +1,7 @@
 """Replacing names in TensorFlow and Keras, and putting their own objects back.
 
-The one place that writes into other libraries' modules and classes:
-`install()` routes the TF1 strategy names through it (and adds `tf.contrib`),
-the fake TPU its TPU entry points, and `compat_distribute.keras` its fixes to
-TensorFlow and Keras methods. Each name has a stack: a started `Patch` pushes
-its value, the name shows the top of the stack, and a stopped one removes its
-own entry wherever it sits. So patches of the same name may start and stop in
-any order, and the original object is back once the last one stops (a name
-that did not exist is deleted again).
+The one place that writes into other libraries: a stack per name, so patches of
+one name start and stop in any order.
 """
 
 import dataclasses

@@ -1,15 +1,7 @@
 """Finding and connecting a real TPU: the one place that asks "is there a TPU here?".
 
-`tpu_here()` applies the one "auto" rule: a TPU named by the environment
-(`TPU_NAME`, `KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS`, `TPU_CONFIG`, as
-`TPUClusterResolver()` reads them), else TPU chips attached to this host
-("local"), else none. `connect(name)` resolves, connects and initialises a TPU
-within `timeout` seconds. `require_tpu_for(resolver)` is what `TPUStrategy`
-asks before TensorFlow indexes a device list that has no TPU in it.
-
-Every failure is a `TPUUnreachableError` naming the TPU and what to do. The
-fake TPU lives in `compat_distribute.testing` (the core never imports it);
-`testing._backend` decides between this module's TPU and the fake.
+The "auto" rule, connecting within a deadline, and `TPUUnreachableError` naming
+what to do.
 """
 
 import dataclasses

@@ -1,8 +1,7 @@
 """Argument checks shared by the shims.
 
-Each check runs before any TensorFlow state changes and raises an error that
-names the argument, shows the value received, says what is accepted and what
-to do instead.
+Each raises before TensorFlow state changes, naming the argument, the value,
+what is accepted and what to do.
 """
 
 import functools

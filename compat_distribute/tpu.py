@@ -1,10 +1,6 @@
 """`TPUStrategy` with TF1's signature, over TF2's `tf.distribute.TPUStrategy`.
 
-The resolver decides the backend (`TPUBackend`): a resolver class that names
-one in `BACKEND_ATTRIBUTE` gets the strategy that backend builds (the fake TPU
-of `compat_distribute.testing` does, on virtual CPU devices); any other TPU
-resolver gets a real `tf.distribute.TPUStrategy`. The core imports no backend:
-it loads the named one on first use.
+The resolver names its backend (`TPUBackend`), so the core never imports the fake.
 """
 
 import typing
