@@ -1,9 +1,6 @@
-"""The fake TPU's cluster resolver.
+"""The fake TPU's cluster resolver, answering like `TPUClusterResolver(tpu="local")`.
 
-`FakeTPUClusterResolver` answers like `TPUClusterResolver(tpu="local")` on the
-host of a one-host slice, and names its strategy's builder as
-`compat_distribute.TPUStrategy`'s backend. The TPU system calls and the fakes
-in force are `system`'s.
+It names the fake's strategy builder as `compat_distribute.TPUStrategy`'s backend.
 """
 
 import numpy as np

@@ -1,10 +1,7 @@
 """`FakeTPUStrategy`: `tf.distribute.TPUStrategy` on a fake TPU's logical devices.
 
-A `tf.distribute.MirroredStrategy` underneath, never a TPUStrategy: TensorFlow
-and Keras look for TPUStrategy classes to decide to emit TPU-only ops, which
-would fail on a CPU. The TPU's own checks are TF's own code where TF has them as
-functions (`validate_run_function`, the logical-device annotations), so error
-texts are TensorFlow's, word for word.
+A MirroredStrategy, never a TPUStrategy (TensorFlow and Keras would emit TPU-only
+ops); TF's own checks serve where TF has them as functions.
 """
 
 import tensorflow as tf

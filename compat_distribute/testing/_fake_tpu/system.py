@@ -1,11 +1,7 @@
 """The fake TPU's system calls, and the fakes in force.
 
-`initialize_tpu_system` and `shutdown_tpu_system` stand in for
-`tf.tpu.experimental`'s; the connect functions accept the fake (which is local
-already) and pass every other target to TensorFlow. `ACTIVE` lists the
-`FakeTPU`s started and not stopped (`activate` / `deactivate`), for the calls
-that pass no resolver. Inside `fake_tpu()`, a TF1 session on a fake's address
-runs here, and a session here sees every core (`session_arguments`).
+`initialize_tpu_system` / `shutdown_tpu_system`, the connect calls, TF1 sessions
+inside `fake_tpu()`, and TensorFlow's own TPU calls given a fake resolver.
 """
 
 import functools
