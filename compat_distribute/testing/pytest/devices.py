@@ -1,13 +1,6 @@
 """The logical CPU devices of a session, created once per process before any test runs.
 
-A given count (`--tf-devices=N`) is created before pytest imports the
-initial conftest.py files, so before any of them or collection runs TensorFlow. Otherwise, once collection is done, as many as
-the selected tests need: the fake TPU's cores when a test uses a strategy
-fixture (a pod preset's too with `--fake-tpu-hosts=1`; on its own hosts a pod
-needs none here), and the largest n of `multi_device(n)`. The count never
-depends on which test comes first, and each xdist worker collects every test,
-so each reaches the same count. A run that needs nothing leaves TensorFlow
-alone. `compat_distribute.testing.devices` creates them.
+A given count before the first conftest.py; else what the collected tests need.
 """
 
 import os

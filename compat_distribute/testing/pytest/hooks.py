@@ -1,19 +1,7 @@
 """The pytest plugin: virtual TensorFlow devices, TPU-or-fake strategies, local clusters.
 
-Installed with the package (entry point `pytest11`, named `compat_distribute`);
-with plugin autoloading off, load it with `-p compat_distribute`. This module
-holds the hooks; each calls the module of its role:
-
-    options   the options (`pytest --help`, group compat_distribute) and their precedence
-    session   the session's state: its settings, its process's role, its TPU
-    devices   the logical CPU devices the run needs, created before any test runs
-    markers   tpu, multi_device(n), multi_worker(n)
-    fixtures  tpu_resolver, tpu_strategy, mirrored_strategy, strategy, local_cluster
-    ending    ends the process once a session that used TensorFlow is over
-
-A run that needs nothing leaves TensorFlow alone: no devices, no TPU probe,
-and, with no option given, no header line. A TPU NAME that cannot be reached
-fails the session instead of falling back to the fake.
+Entry point `compat_distribute` (`-p compat_distribute`); each hook calls the module
+of its role.
 """
 
 import pytest

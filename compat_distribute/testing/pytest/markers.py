@@ -1,10 +1,4 @@
-"""The plugin's markers, and the checks of their counts.
-
-    tpu               needs a real TPU; skipped on the fake.
-    multi_device(n)   needs n replicas; skipped with fewer (see `fixtures`).
-                      The largest n also sets the devices created (`devices`).
-    multi_worker(n)   starts n worker processes (n may be left out).
-"""
+"""The plugin's markers (`tpu`, `multi_device(n)`, `multi_worker(n)`), and their checks."""
 
 import pytest
 
