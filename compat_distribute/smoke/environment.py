@@ -1,9 +1,6 @@
 """Every `COMPAT_DISTRIBUTE_*` environment variable checked at once, before TensorFlow.
 
-The smoke command calls `check_all` first, so a bad value (or a misspelt name)
-is one line and exit 2, not a traceback once TensorFlow runs, nor nothing where
-this run never reads the variable. Each value goes through the reader the
-package itself uses.
+A bad value or a misspelt name is one line and exit 2, not a late traceback or nothing.
 """
 
 import difflib
