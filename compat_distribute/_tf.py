@@ -3,7 +3,8 @@
 Each `tensorflow.python` object the core touches is named once, in `INTERNALS`,
 and imported on first use, so importing this module imports no TensorFlow.
 Protected members of TensorFlow objects are reached only through the functions
-below, and listed in `PROTECTED`. `tests/shims/test_tf_adapters.py` checks every entry
+below, and listed in `PROTECTED`; the private methods the core overrides are
+listed in `OVERRIDES`. `tests/shims/test_tf_adapters.py` checks every entry
 against the installed TensorFlow: after an upgrade it names what moved.
 Public TensorFlow API (`tf.distribute...`) is used directly, not from here.
 """
@@ -11,6 +12,7 @@ Public TensorFlow API (`tf.distribute...`) is used directly, not from here.
 from compat_distribute import _lazy
 
 _DISTRIBUTE = "tensorflow.python.distribute"
+_COLLECTIVE = f"{_DISTRIBUTE}.collective_all_reduce_strategy"
 
 INTERNALS = {
     # The TF2 classes the shims subclass.
@@ -61,6 +63,24 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_get_cross_device_ops"),
     # Distributed input: the builder of each device's prefetching pipeline.
     ("tensorflow.python.data.ops.multi_device_iterator_ops", "_create_device_dataset"),
+)
+
+# (TensorFlow class, private method) that a class of the core overrides. Were
+# TensorFlow to rename one, the override would silently stop being called.
+# tests/shims/test_tf_adapters.py checks that each still exists, and that every
+# override in the package is a row here or in `compat_distribute.testing._tf`.
+OVERRIDES = (
+    # _input.QuietInputMixin: distributed input with no autotuning thread.
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_experimental_distribute_dataset"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_distribute_datasets_from_function"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_make_dataset_iterator"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_make_input_fn_iterator"),
+    (f"{_COLLECTIVE}:CollectiveAllReduceExtended", "_experimental_distribute_dataset"),
+    (f"{_COLLECTIVE}:CollectiveAllReduceExtended", "_distribute_datasets_from_function"),
+    (f"{_COLLECTIVE}:CollectiveAllReduceExtended", "_make_dataset_iterator"),
+    (f"{_COLLECTIVE}:CollectiveAllReduceExtended", "_make_input_fn_iterator"),
+    # multi_worker._CollectiveExtended: a worker's one device as the destination.
+    (f"{_COLLECTIVE}:CollectiveAllReduceExtended", "_batch_reduce_to"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)

@@ -12,17 +12,10 @@ kills it). Code that calls `pytest.main()` goes on after it, so such a session
 
 import sys
 
-from _pytest import config as pytest_config
-
 from compat_distribute import _exit
+from compat_distribute.testing.pytest import _internals
 
-# pytest's command-line entry points: `pytest` and `python -m pytest` call one
-# (`console_main` up to pytest 9.0, `_console_main` since 9.1).
-_COMMAND_ENTRIES = tuple(
-    getattr(pytest_config, name).__code__
-    for name in ("console_main", "_console_main")
-    if hasattr(pytest_config, name)
-)
+_COMMAND_ENTRIES = _internals.command_entry_codes()
 
 
 def _is_the_commands_session(config):
