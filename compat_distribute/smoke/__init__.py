@@ -13,7 +13,7 @@ One module per concern:
     report    the text report
     progress  the TTY ticker
 
-The command line is `compat_distribute.__main__`. Each name below is imported
+The command line is `cli` (`compat-distribute smoke`). Each name below is imported
 from its module on first use: the table and the topology names import no
 TensorFlow, the checks and targets do.
 """

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import compat_distribute
-from compat_distribute import __main__ as cli
+from compat_distribute.smoke import cli
 from compat_distribute import smoke
 from compat_distribute.smoke import checks as smoke_checks
 from compat_distribute.testing import PRESETS

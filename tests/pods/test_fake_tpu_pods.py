@@ -495,8 +495,7 @@ def test_a_pod_network_the_harness_does_not_know_is_refused(monkeypatch):
     with pytest.raises(ValueError) as raised:
         FakeTPUClusterResolver("v4-16")
     assert str(raised.value).startswith(
-        "$COMPAT_DISTRIBUTE_POD_NETWORK: network must be one of 'private', 'host', 'auto'; "
-        "got 'loopback' (str)."
+        "COMPAT_DISTRIBUTE_POD_NETWORK must be one of 'auto', 'private', 'host'; got 'loopback'."
     )
     monkeypatch.setenv("COMPAT_DISTRIBUTE_POD_NETWORK", "host")
     resolver = FakeTPUClusterResolver("v4-16")

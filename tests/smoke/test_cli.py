@@ -17,7 +17,7 @@ import time
 import pytest
 
 import compat_distribute
-from compat_distribute import __main__ as cli
+from compat_distribute.smoke import cli
 from compat_distribute import smoke
 from compat_distribute.testing._fake_tpu import topologies
 
@@ -52,15 +52,15 @@ def run_cli(*args, env=None, timeout=300):
     [
         (
             ["smoke", "--steps-per-run", "0"],
-            "argument --steps-per-run: must be an int from 1 to 10000; got '0'",
+            "argument --steps-per-run: must be a whole number from 1 to 10000; got '0'",
         ),
         (
             ["smoke", "--steps-per-run", "10001"],
-            "argument --steps-per-run: must be an int from 1 to 10000; got '10001'",
+            "argument --steps-per-run: must be a whole number from 1 to 10000; got '10001'",
         ),
         (
             ["smoke", "--timeout", "-1"],
-            "argument --timeout: must be a number of seconds > 0 and <= 86400; got '-1'",
+            "argument --timeout: must be a number of seconds > 0 and at most 86400; got '-1'",
         ),
         (
             ["smoke", "--topology", "v9-99"],
@@ -169,7 +169,7 @@ def test_help_and_usage_errors_answer_before_tensorflow_is_imported(args, code):
     probe = (
         "import atexit, os, sys\n"
         "atexit.register(lambda: os.write(3, str('tensorflow' in sys.modules).encode()))\n"
-        "from compat_distribute import __main__ as cli\n"
+        "from compat_distribute.smoke import cli\n"
         f"cli.entry({args!r})\n"
     )
     read_end, write_end = os.pipe()

@@ -6,7 +6,7 @@ reports and the command's --help and --inject-failure all see it.
 
 import pytest
 
-from compat_distribute import __main__ as cli
+from compat_distribute.smoke import cli
 from compat_distribute import smoke
 from compat_distribute.smoke import checks
 from compat_distribute.smoke import table as table_lib

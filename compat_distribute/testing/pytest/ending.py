@@ -8,10 +8,12 @@ a process the session owns: the `pytest` command (or `python -m pytest`), and an
 xdist worker, whose results are sent by then (otherwise xdist waits for it, then
 kills it). Code that calls `pytest.main()` goes on after it, so such a session
 (pytester's in-process runs included) leaves the process alone.
+`COMPAT_DISTRIBUTE_END_PROCESS=0` leaves every process to Python's own exit.
 """
 
 import sys
 
+from compat_distribute import _env
 from compat_distribute import _exit
 from compat_distribute.testing.pytest import _internals
 
@@ -37,7 +39,11 @@ def owns_its_process(config):
     return hasattr(config, "workerinput") or _is_the_commands_session(config)
 
 
+SWITCH = "COMPAT_DISTRIBUTE_END_PROCESS"
+
+
 def end_if_done(config, status):
-    """Ends the process with `status` when TensorFlow was imported and the session owns it."""
-    if "tensorflow" in sys.modules and owns_its_process(config):
+    """Ends the process with `status` when TensorFlow was imported, the session owns
+    it, and `$COMPAT_DISTRIBUTE_END_PROCESS` is not 0."""
+    if "tensorflow" in sys.modules and _env.read(SWITCH) and owns_its_process(config):
         _exit.end_process(int(status))
