@@ -22,6 +22,8 @@ Public modules:
       (`checkpoint_dir`, `checkpoint_dir_for`, `is_chief`).
   compat_distribute.testing
       The test harness: fake TPUs, local multi-worker clusters, the XLA check.
+
+Every other module is internal (docs/design.md, "What is public").
 """
 
 import importlib.metadata

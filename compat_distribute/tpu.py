@@ -91,7 +91,19 @@ def _is_device_assignment(value):
     return isinstance(value, tf.tpu.experimental.DeviceAssignment)
 
 
-class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
+# The classes of the strategies backends built: instances of TPUStrategy too.
+_BACKEND_STRATEGIES = set()
+
+
+class _TPUStrategyType(type):
+    """`isinstance(strategy, TPUStrategy)` holds for a strategy a backend built
+    (a fake TPU's), as it did for TF1 code that built it by this name."""
+
+    def __instancecheck__(cls, instance):
+        return super().__instancecheck__(instance) or type(instance) in _BACKEND_STRATEGIES
+
+
+class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2, metaclass=_TPUStrategyType):
     """`tf.compat.v1.distribute.experimental.TPUStrategy`'s signature on TF2.
 
     On a real TPU this is a `tf.distribute.TPUStrategy` built with
@@ -119,13 +131,16 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
                 tpu_cluster_resolver = default("")
         backend = backend_of(tpu_cluster_resolver)
         if backend is not None:
-            # Not an instance of cls, so Python skips __init__.
-            return backend(
+            # Not of class cls, so Python skips __init__ (isinstance holds:
+            # see _TPUStrategyType).
+            strategy = backend(
                 tpu_cluster_resolver,
                 steps_per_run=steps,
                 device_assignment=assignment,
                 spmd_xla_partitioning=False,
             )
+            _BACKEND_STRATEGIES.add(type(strategy))
+            return strategy
         return super().__new__(cls)
 
     def __init__(self, tpu_cluster_resolver=None, steps_per_run=None, device_assignment=None):

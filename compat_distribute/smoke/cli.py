@@ -227,22 +227,28 @@ class _Watchdog:
 
 
 def _smoke(args):
-    from compat_distribute import smoke  # pylint: disable=g-import-not-at-top
-
     watchdog = _Watchdog(args.timeout).start()
     try:
-        return _run_smoke(args, smoke, watchdog)
+        return _run_smoke(args, watchdog)
     finally:
         watchdog.stop()
 
 
-def _run_smoke(args, smoke, watchdog):
+def _run_smoke(args, watchdog):
+    # These import TensorFlow: only once the command line is good.
+    # pylint: disable=g-import-not-at-top
+    from compat_distribute.smoke import progress
+    from compat_distribute.smoke import report as report_lib
+    from compat_distribute.smoke import run
+    from compat_distribute.smoke import targets
+    from compat_distribute.testing import _backend
+
     watchdog.stage = "setting up the hardware"
     try:
-        backend = smoke.choose_backend(
+        backend = _backend.choose_backend(
             args.tpu, topology=args.topology, hosts=args.hosts, gpus=True, timeout=args.timeout
         )
-    except smoke.TPUUnreachableError as e:
+    except _backend.TPUUnreachableError as e:
         if args.json:
             wanted = "fake TPU" if args.tpu == "fake" else f"TPU {args.tpu}"
             _say(
@@ -252,23 +258,23 @@ def _run_smoke(args, smoke, watchdog):
             )
         _say(f"{PROG} smoke: error: {e}", sys.stderr)
         return 1
-    target = smoke.target(backend, args.steps_per_run)
+    target = targets.target(backend, args.steps_per_run)
     _KEPT_UNTIL_EXIT.append(target)
 
     if not args.json:
-        _say(smoke.format_header(target))
+        _say(report_lib.format_header(target))
 
     def on_result(result):
         if not args.json:
-            _say(smoke.format_result(result))
+            _say(report_lib.format_result(result))
 
     def on_start(name):
         watchdog.stage = f"check {name}"
 
-    report = smoke.run_checks(
+    report = run.run_checks(
         target,
         inject_failure=args.inject_failure,
-        progress=smoke.Progress(sys.stderr),
+        progress=progress.Progress(sys.stderr),
         on_start=on_start,
         on_result=on_result,
     )
@@ -277,7 +283,7 @@ def _run_smoke(args, smoke, watchdog):
         for failure in report.failures:
             _say(f"FAILED {failure.name}: {failure.detail}", sys.stderr)
     else:
-        _say(smoke.format_footer(report))
+        _say(report_lib.format_footer(report))
     return 0 if report.ok else 1
 
 

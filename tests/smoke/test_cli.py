@@ -18,7 +18,7 @@ import pytest
 
 import compat_distribute
 from compat_distribute.smoke import cli
-from compat_distribute import smoke
+from compat_distribute.smoke import table as smoke_table
 from compat_distribute.testing._fake_tpu import topologies
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -65,7 +65,7 @@ def run_cli(*args, env=None, timeout=300):
         (
             ["smoke", "--topology", "v9-99"],
             "argument --topology: invalid choice: 'v9-99' (choose from "
-            + ", ".join(repr(t) for t in smoke.topologies())
+            + ", ".join(repr(t) for t in smoke_table.topologies())
             + ")",
         ),
         (
@@ -198,11 +198,11 @@ def test_smoke_help_lists_every_option_checks_and_topologies(capsys):
     assert "--inject-failure" in options and "--verbose" in options
     for option in options:
         assert option in out, option
-    for name in [c.name for c in smoke.CHECKS]:
+    for name in [c.name for c in smoke_table.CHECKS]:
         assert f"\n  {name} " in out, name
-    names = ", ".join(smoke.topologies())
+    names = ", ".join(smoke_table.topologies())
     assert f"the fake TPU's topology: {names} (default v3-8)" in " ".join(out.split())
-    assert {"v2-8", "v3-8", "v4-8", "v5litepod-8", "v5p-8", "v6e-8"} <= set(smoke.topologies())
+    assert {"v2-8", "v3-8", "v4-8", "v5litepod-8", "v5p-8", "v6e-8"} <= set(smoke_table.topologies())
     assert (
         "--hosts N the fake TPU's hosts: 1 puts every core of a pod topology (e.g. v3-32) in "
         "this process; the topology's own count (v3-32: 4, the default) runs a host process each"
@@ -262,7 +262,7 @@ def test_json_run_on_the_fake_tpu_prints_the_report_alone_and_leaves_tmpdir_empt
     assert report["replicas"] == 8
     assert report["steps_per_run"] == 2
     assert (report["hardware"], report["topology"]) == ("fake_tpu", "v3-8")
-    assert [c["name"] for c in report["checks"]] == list([c.name for c in smoke.CHECKS])
+    assert [c["name"] for c in report["checks"]] == list([c.name for c in smoke_table.CHECKS])
     for check in report["checks"]:
         assert set(check) == {"name", "ok", "detail", "seconds", "skipped"}
         assert check["ok"] is True and check["skipped"] is False, check
@@ -288,7 +288,7 @@ def test_text_run_with_injected_failure_shows_the_held_back_log():
         "compat-distribute smoke: fake (v2-8, 8 cores on CPU), steps_per_run=1"
     )
     statuses = [line.split()[:2] for line in lines[1:9]]
-    assert statuses == [["FAIL" if n == "checkpoint" else "PASS", n] for n in [c.name for c in smoke.CHECKS]]
+    assert statuses == [["FAIL" if n == "checkpoint" else "PASS", n] for n in [c.name for c in smoke_table.CHECKS]]
     assert lines[-1].startswith(
         "FAILED checkpoint: failure injected by --inject-failure (measured: 3 variables"
     )
