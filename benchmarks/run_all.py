@@ -1,7 +1,8 @@
 """Runs every benchmark, each in its own process, then prints the README table.
 
 `python benchmarks/run_all.py` (or `make bench`) reruns them all and rewrites
-docs/benchmarks.md's table and the README's "What it costs"; `--only NAME` runs one. Each benchmark writes
+docs/benchmarks.md's table and the README's "What it costs"; `--only NAME` runs
+one. Each benchmark writes
 results/<name>.json with a "table" of rows: measure, value, target.
 """
 
@@ -76,58 +77,73 @@ def _median(values):
 
 def costs():
     """The README's "What it costs" bullets, from results/*.json."""
-    fake, shim = _results("fake_tpu"), _results("shim")
-    step = fake["fake run vs MirroredStrategy run: one step per tf.function call"]
-    mwms = shim["MWMS run step (tf.function, all-reduce)"]
+    step = _results("fake_tpu")["fake run vs MirroredStrategy run: one step per tf.function call"]
+    mwms = _results("shim")["MWMS run step (tf.function, all-reduce)"]["ratio"]
     cluster = _results("cluster")
     by_hand = cluster["start to first all-reduce (2 workers): local_cluster / by hand"]
-    fresh = cluster["start to first all-reduce (2 workers): zygote / fresh processes"]
+    fresh = cluster["start to first all-reduce (2 workers): zygote / fresh processes"]["baseline_s"]
     trace = _results("trace")
-    first = {k: [trace[f"{k} x{n}"]["first_call_s"]["median"] for n in (8, 32, 128)] for k in ("once", "mirrored")}
-    warm = {k: [trace[f"{k} x{n}"]["warm_step_s"]["median"] * 1e3 for n in (32, 128)] for k in ("once", "mirrored")}
+
+    def first(kind, n):
+        return trace[f"{kind} x{n}"]["first_call_s"]["median"]
+
+    def warm(kind, n):
+        return _ms(trace[f"{kind} x{n}"]["warm_step_s"]["median"] * 1e3)
+
     pods = _results("pods")
-    zygote_starts = [wall for wall, _ in pods["v3-32 start-up (s, CPU s), hosts forked by a zygote"]]
-    fresh_starts = [wall for wall, _ in pods["v3-32 start-up (s, CPU s), hosts as fresh processes"]]
-    cpu1, cpu10 = pods["train1 CPU ms a step, all processes"], pods["train10 CPU ms a step, all processes"]
+    starts = pods["v3-32 start-up (s, CPU s), hosts forked by a zygote"]
+    fresh_starts = pods["v3-32 start-up (s, CPU s), hosts as fresh processes"]
+    v5e = pods["v5litepod-32 start-up to first all-reduce, s"]
+    cpu1 = {k: _ms(v) for k, v in pods["train1 CPU ms a step, all processes"].items()}
+    cpu10 = {k: _ms(v) for k, v in pods["train10 CPU ms a step, all processes"].items()}
+    wall1, wall10 = (pods[f"v3-32 pod train{n} vs v3-8"]["ratio"] for n in (1, 10))
     exits = _results("input_exit")
-    teardown = {k[len("teardown (s): "):]: v["median"] for k, v in exits.items() if k.startswith("teardown (s): ")}
-    rates = [exits[f"(d) input rate {w} the fix (elements/s)"]["median"] for w in ("with", "without")]
-    plugin = "pytest session, plugin's tpu_strategy (v3-8 fake)"
+    teardown = {
+        k.removeprefix("teardown (s): "): _s(v["median"])
+        for k, v in exits.items()
+        if k.startswith("teardown (s): ")
+    }
+    plugin = teardown["pytest session, plugin's tpu_strategy (v3-8 fake)"]
+    with_fix, without = (
+        exits[f"(d) input rate {w} the fix (elements/s)"]["median"] for w in ("with", "without")
+    )
+    rate = exits["(d) median rate, with / without the fix"]
     smoke = _results("smoke")
     wall = smoke["wall (process start to exit)"]
     bullets = [
-        f"* a step on the fake TPU takes {step['ratio']:.2f} times as long as the same step on a raw "
-        f"`MirroredStrategy` ({step['candidate_s'] * 1e6:,.0f} us against {step['baseline_s'] * 1e6:,.0f} us); "
-        f"the multi-worker shim's step {mwms['ratio']:.3f} times TensorFlow's own;",
-        f"* a two-worker `local_cluster` starts to its first all-reduce in {_s(by_hand['candidate_s'])} s "
-        f"({_s(fresh['baseline_s'])} s when each task imports TensorFlow itself, "
+        f"* a step on the fake TPU takes {step['ratio']:.2f} times as long as the same step on a "
+        f"raw `MirroredStrategy` ({step['candidate_s'] * 1e6:,.0f} us against "
+        f"{step['baseline_s'] * 1e6:,.0f} us); the multi-worker shim's step {mwms:.3f} times "
+        f"TensorFlow's own;",
+        f"* a two-worker `local_cluster` starts to its first all-reduce in "
+        f"{_s(by_hand['candidate_s'])} s ({_s(fresh)} s when each task imports TensorFlow itself, "
         f"{_s(by_hand['baseline_s'])} s for the same cluster launched by hand);",
-        f"* a Keras training step's first call (trace and first run; the fake traces the step once, as a "
-        f"TPU compiles it once): {first['once'][0]:.2f} s on 8 replicas, {first['once'][1]:.2f} s on 32 and "
-        f"{_s(first['once'][2])} s on 128, against {first['mirrored'][0]:.2f}, {first['mirrored'][1]:.2f} and "
-        f"{_s(first['mirrored'][2])} s on a raw `MirroredStrategy`, which traces it once per replica; warm "
-        f"steps {_ms(warm['once'][0])} ms on 32 replicas and {_ms(warm['once'][1])} ms on 128, against "
-        f"{_ms(warm['mirrored'][0])} and {_ms(warm['mirrored'][1])} ms;",
-        f"* a v3-32 fake pod (4 host processes) starts in {_s(_median(zygote_starts))} s (median of "
-        f"{len(zygote_starts)}; {_s(_median(fresh_starts))} s when each host imports TensorFlow itself, "
-        f"`COMPAT_DISTRIBUTE_ZYGOTE=0`), an 8-host v5litepod-32 in "
-        f"{_s(pods['v5litepod-32 start-up to first all-reduce, s'])} s; a Keras training step costs the "
-        f"machine {_ms(cpu1['pod'])} ms of CPU over all its processes, against {_ms(cpu1['hosts=1'])} ms for "
-        f"the same 32 replicas in one process and {_ms(cpu1['v3-8'])} ms for a v3-8 ({_ms(cpu10['pod'])}, "
-        f"{_ms(cpu10['hosts=1'])} and {_ms(cpu10['v3-8'])} ms a step at ten steps a call); in wall time that "
-        f"is {pods['v3-32 pod train1 vs v3-8']['ratio']:.1f} times a v3-8's step at one step a call and "
-        f"{pods['v3-32 pod train10 vs v3-8']['ratio']:.1f} times at ten;",
-        f"* distributed input runs without tf.data autotuning, so no dying iterator waits on its thread: "
-        f"after {exits['seconds fed']} s of feeding a v3-8 fake, dropping the iterator and exiting took "
-        f"{_s(teardown['v3-8 fake, experimental_distribute_dataset'])} s against "
-        f"{_s(teardown['plain tf.data, one device'])} s for a plain one-device tf.data program (Keras 3 "
-        f"`fit`: {_s(teardown['Keras 3 fit, v3-8 fake'])} s against {_s(teardown['Keras 3 fit, no strategy'])} s; "
-        f"a pytest session with the plugin {_s(teardown[plugin])} s "
-        f"against {_s(teardown['pytest session, plain tf.data test'])} s); the input rate with and without "
-        f"this is {exits['(d) median rate, with / without the fix']:.2f} ({rates[0]:,.0f} against "
-        f"{rates[1]:,.0f} elements/s, within noise);",
-        f"* `compat-distribute smoke` on the fake v3-8, start to exit: min {_s(wall['min_s'])} s, median "
-        f"{_s(wall['median_s'])} s, max {_s(wall['max_s'])} s over {smoke['runs']} runs.",
+        f"* a Keras training step's first call (trace and first run; the fake traces the step "
+        f"once, as a TPU compiles it once): {first('once', 8):.2f} s on 8 replicas, "
+        f"{first('once', 32):.2f} s on 32 and {_s(first('once', 128))} s on 128, against "
+        f"{first('mirrored', 8):.2f}, {first('mirrored', 32):.2f} and "
+        f"{_s(first('mirrored', 128))} s on a raw `MirroredStrategy`, which traces it once per "
+        f"replica; warm steps {warm('once', 32)} ms on 32 replicas and {warm('once', 128)} ms on "
+        f"128, against {warm('mirrored', 32)} and {warm('mirrored', 128)} ms;",
+        f"* a v3-32 fake pod (4 host processes) starts in {_s(_median(w for w, _ in starts))} s "
+        f"(median of {len(starts)}; {_s(_median(w for w, _ in fresh_starts))} s when each host "
+        f"imports TensorFlow itself, `COMPAT_DISTRIBUTE_ZYGOTE=0`), an 8-host v5litepod-32 in "
+        f"{_s(v5e)} s; a Keras training step costs the machine {cpu1['pod']} ms of CPU over all "
+        f"its processes, against {cpu1['hosts=1']} ms for the same 32 replicas in one process and "
+        f"{cpu1['v3-8']} ms for a v3-8 ({cpu10['pod']}, {cpu10['hosts=1']} and {cpu10['v3-8']} ms "
+        f"a step at ten steps a call); in wall time that is {wall1:.1f} times a v3-8's step at "
+        f"one step a call and {wall10:.1f} times at ten;",
+        f"* distributed input runs without tf.data autotuning, so no dying iterator waits on its "
+        f"thread: after {exits['seconds fed']} s of feeding a v3-8 fake, dropping the iterator "
+        f"and exiting took {teardown['v3-8 fake, experimental_distribute_dataset']} s against "
+        f"{teardown['plain tf.data, one device']} s for a plain one-device tf.data program "
+        f"(Keras 3 `fit`: {teardown['Keras 3 fit, v3-8 fake']} s against "
+        f"{teardown['Keras 3 fit, no strategy']} s; a pytest session with the plugin {plugin} s "
+        f"against {teardown['pytest session, plain tf.data test']} s); the input rate with and "
+        f"without this is {rate:.2f} ({with_fix:,.0f} against {without:,.0f} elements/s, within "
+        f"noise);",
+        f"* `compat-distribute smoke` on the fake v3-8, start to exit: min {_s(wall['min_s'])} s, "
+        f"median {_s(wall['median_s'])} s, max {_s(wall['max_s'])} s over {smoke['runs']} runs.",
     ]
     wrap = textwrap.TextWrapper(width=99, subsequent_indent="  ", break_on_hyphens=False)
     return "\n".join(wrap.fill(bullet) for bullet in bullets)
