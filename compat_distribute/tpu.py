@@ -8,6 +8,7 @@ it loads the named one on first use.
 """
 
 import typing
+import weakref
 
 from compat_distribute import _input
 from compat_distribute import _lazy
@@ -91,16 +92,16 @@ def _is_device_assignment(value):
     return isinstance(value, tf.tpu.experimental.DeviceAssignment)
 
 
-# The classes of the strategies backends built: instances of TPUStrategy too.
-_BACKEND_STRATEGIES = set()
+# The strategies backends built when asked for a TPUStrategy: its instances too.
+_BUILT_BY_BACKENDS = weakref.WeakSet()
 
 
 class _TPUStrategyType(type):
     """`isinstance(strategy, TPUStrategy)` holds for a strategy a backend built
-    (a fake TPU's), as it did for TF1 code that built it by this name."""
+    for this class (a fake TPU's), as for one TF1 code built by this name."""
 
     def __instancecheck__(cls, instance):
-        return super().__instancecheck__(instance) or type(instance) in _BACKEND_STRATEGIES
+        return super().__instancecheck__(instance) or instance in _BUILT_BY_BACKENDS
 
 
 class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2, metaclass=_TPUStrategyType):
@@ -139,7 +140,7 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2, metaclass=_TPUStrateg
                 device_assignment=assignment,
                 spmd_xla_partitioning=False,
             )
-            _BACKEND_STRATEGIES.add(type(strategy))
+            _BUILT_BY_BACKENDS.add(strategy)
             return strategy
         return super().__new__(cls)
 

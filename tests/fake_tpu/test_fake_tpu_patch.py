@@ -47,6 +47,8 @@ def test_fake_tpu_routes_tensorflow_and_restores_it_exactly():
         assert old.num_replicas_in_sync == 4
         v1 = tf.compat.v1.distribute.experimental.TPUStrategy(resolver, steps_per_run=3)
         assert isinstance(v1, tf.compat.v1.distribute.experimental.TPUStrategy)
+        # As in TensorFlow, a strategy built by another name is not one of V1's.
+        assert not isinstance(strategy, tf.compat.v1.distribute.experimental.TPUStrategy)
         assert v1.extended.steps_per_run == 3
         tf.tpu.experimental.shutdown_tpu_system(resolver)
         assert before != patched_names()
