@@ -7,6 +7,7 @@ resolver gets a real `tf.distribute.TPUStrategy`. The core imports no backend:
 it loads the named one on first use.
 """
 
+import contextlib
 import typing
 import weakref
 
@@ -140,7 +141,8 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2, metaclass=_TPUStrateg
                 device_assignment=assignment,
                 spmd_xla_partitioning=False,
             )
-            _BUILT_BY_BACKENDS.add(strategy)
+            with contextlib.suppress(TypeError):  # an object no weak reference can name
+                _BUILT_BY_BACKENDS.add(strategy)
             return strategy
         return super().__new__(cls)
 
