@@ -2,6 +2,8 @@
 #
 #   make smoke | test | test-fast          on the newest TensorFlow the package takes (.venv)
 #   make test-fast TF=2.15.1               the same on TensorFlow 2.15.1 (.venv-2.15.1), and so on
+#   make test-fast TF=nightly              on the newest tf-nightly, keras-nightly and
+#                                          tf-keras-nightly (.venv-nightly, upgraded each run)
 #   make wheel-check                       the wheel as users get it, tried outside the tree
 PYTHON ?= python3
 TF ?=
@@ -17,24 +19,31 @@ comma := ,
 KERAS_2_ONLY := $(filter 2.15 2.15.%,$(TF))
 EXTRAS := $(if $(KERAS_2_ONLY),test$(comma)legacy,test$(comma)keras3$(comma)legacy)
 TF_PIN := $(if $(TF),tensorflow==$(TF))
+# The nightlies are other distributions than tensorflow, keras and tf-keras: the
+# package goes in without its requirements, and the nightlies and test tools beside it.
+NIGHTLY := $(filter nightly,$(TF))
+NIGHTLIES := tf-nightly keras-nightly tf-keras-nightly absl-py pytest pytest-xdist
 
 # The subset `make test-fast` runs (about a third of the suite): the shims and
-# their member table, the fake TPU and its conformance rows, the plugin, the
-# smoke command, one local cluster (test_cluster_runs), the adapter pins and
-# Keras. Folders of the re-laid suite are picked up when they exist.
-FAST_TESTS := $(wildcard \
-	tests/shims tests/fake_tpu tests/plugin tests/smoke tests/conformance \
-	tests/cluster/test_cluster_runs.py tests/test_cluster_runs.py \
-	tests/test_tpu_shim.py tests/test_multi_worker_shim.py tests/test_routing.py \
-	tests/test_members.py tests/test_pytest_plugin.py tests/test_smoke.py tests/test_cli.py \
-	tests/test_tf_adapters.py tests/test_keras.py tests/test_import.py tests/test_packaging.py)
+# their member table and adapter pins, the fake TPU and its conformance rows, the
+# plugin, the smoke command, one local cluster (test_cluster_runs), packaging and
+# the generated docs. A path here that does not exist fails the run
+# (tests/test_packaging.py checks them too).
+FAST_TESTS := tests/shims tests/fake_tpu tests/plugin tests/smoke tests/conformance \
+	tests/cluster/test_cluster_runs.py tests/test_packaging.py tests/docs/test_generated_blocks.py
 
-.PHONY: smoke test test-fast test-multi-worker wheel-check bench clean
+.PHONY: smoke test test-fast test-multi-worker wheel-check bench clean $(if $(NIGHTLY),$(STAMP))
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(PY) || echo "Creating $(VENV): the first install downloads TensorFlow and its dependencies, about 1.5 GB."
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+ifeq ($(NIGHTLY),)
 	$(PY) -m pip install -q --disable-pip-version-check $(TF_PIN) -e '.[$(EXTRAS)]'
+else
+	$(PY) -m pip install -q --disable-pip-version-check --pre --upgrade $(NIGHTLIES)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	@$(PY) -m pip list --disable-pip-version-check 2>/dev/null | grep -i nightly
+endif
 	touch $(STAMP)
 
 smoke: $(STAMP)

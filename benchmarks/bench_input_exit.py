@@ -168,7 +168,7 @@ def teardown_of_program(body, feed_s):
 
 _SMOKE_ENDING_NORMALLY = """
 import sys, time
-from compat_distribute.__main__ import main
+from compat_distribute.smoke.cli import main
 code = main(["smoke", "--json"])
 print("FED", repr(time.time()), flush=True)
 sys.exit(code)

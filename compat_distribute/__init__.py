@@ -1,7 +1,9 @@
 """compat_distribute: TF1 distribution-strategy code on real TF2 `tf.distribute`.
 
 Public names load on first use, so importing the package imports no TensorFlow
-and starts no runtime: devices can still be configured afterwards.
+and starts no runtime: devices can still be configured afterwards. Public
+modules: `keras`, `checkpoint`, `testing`; every other module is internal
+(docs/design.md, "What is public").
 """
 
 import importlib.metadata

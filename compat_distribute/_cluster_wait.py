@@ -6,7 +6,6 @@ watcher process names them and enforces $COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT
 
 import contextlib
 import json
-import math
 import os
 import select
 import signal
@@ -14,6 +13,7 @@ import socket
 import subprocess
 import sys
 
+from compat_distribute import _env
 from compat_distribute._tf_config import TFConfig
 
 __all__ = ["DEADLINE_ENV", "WARN_AFTER_S", "deadline", "main", "watching"]
@@ -27,8 +27,6 @@ _WATCHER_EXIT_S = 5.0
 _COORDINATED_JOBS = ("chief", "worker")
 # How long the probe of one task's address may take.
 _PROBE_TIMEOUT_S = 1.0
-# A day: a deadline past this is a typo.
-_MAX_DEADLINE_S = 86_400.0
 # The watcher's program: this package from the folder holding it, whatever the
 # process's sys.path, PYTHONPATH and working directory (argv: that folder, the job).
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,21 +38,7 @@ _WATCHER = (
 
 def deadline(environ=None):
     """Seconds of `$COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT`, None where unset or blank."""
-    text = (os.environ if environ is None else environ).get(DEADLINE_ENV, "")
-    if not text.strip():
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not 0 < seconds <= _MAX_DEADLINE_S:
-        raise ValueError(
-            f"{DEADLINE_ENV} must be a number of seconds > 0 and at most {_MAX_DEADLINE_S:g}: "
-            f"how long MultiWorkerMirroredStrategy() may wait for the other tasks of its "
-            f"cluster; got {text!r}. Set it so (e.g. 600), or unset it to wait as long as "
-            f"TensorFlow does (an hour)."
-        )
-    return seconds
+    return _env.read(DEADLINE_ENV, environ)
 
 
 def from_resolver(resolver):

@@ -1,12 +1,14 @@
 """The one adapter to TensorFlow internals used by the core.
 
-Each internal is named once (`INTERNALS`, `PROTECTED`) and checked against the
-installed TensorFlow, so an upgrade names what moved.
+Each internal is named once (`INTERNALS`, `PROTECTED`, and the private methods
+the core overrides in `OVERRIDES`) and checked against the installed TensorFlow,
+so an upgrade names what moved.
 """
 
 from compat_distribute import _lazy
 
 _DISTRIBUTE = "tensorflow.python.distribute"
+_COLLECTIVE = f"{_DISTRIBUTE}.collective_all_reduce_strategy"
 
 INTERNALS = {
     # The TF2 classes the shims subclass.
@@ -57,6 +59,24 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_get_cross_device_ops"),
     # Distributed input: the builder of each device's prefetching pipeline.
     ("tensorflow.python.data.ops.multi_device_iterator_ops", "_create_device_dataset"),
+)
+
+# (TensorFlow class, private method) that a class of the core overrides. Were
+# TensorFlow to rename one, the override would silently stop being called.
+# tests/shims/test_tf_adapters.py checks that each still exists, and that every
+# override in the package is a row here or in `compat_distribute.testing._tf`.
+OVERRIDES = (
+    # _input.QuietInputMixin: distributed input with no autotuning thread.
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_experimental_distribute_dataset"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_distribute_datasets_from_function"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_make_dataset_iterator"),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_make_input_fn_iterator"),
+    (f"{_COLLECTIVE}:CollectiveAllReduceExtended", "_experimental_distribute_dataset"),
+    (f"{_COLLECTIVE}:CollectiveAllReduceExtended", "_distribute_datasets_from_function"),
+    (f"{_COLLECTIVE}:CollectiveAllReduceExtended", "_make_dataset_iterator"),
+    (f"{_COLLECTIVE}:CollectiveAllReduceExtended", "_make_input_fn_iterator"),
+    # multi_worker._CollectiveExtended: a worker's one device as the destination.
+    (f"{_COLLECTIVE}:CollectiveAllReduceExtended", "_batch_reduce_to"),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)

@@ -9,8 +9,8 @@ import inspect
 import os
 import sys
 
-from compat_distribute import _members
 from compat_distribute import _patching
+from compat_distribute import _user_line
 from compat_distribute import _validate
 
 __all__ = (
@@ -169,7 +169,7 @@ def _steps_per_execution(strategy, model, on_unsupported):
             "strategy with steps_per_run=1."
         )
     # At the user's line: the helper's caller, or the caller of model.compile.
-    _members.warn_at_user_line(
+    _user_line.warn_at_user_line(
         message + " Using steps_per_execution=1: the same training, one step per call."
         + remedy,
         KerasStepsWarning,
@@ -218,7 +218,7 @@ def _compile_taking_steps_per_run(original):
 def _warn_graph_fit_runs_one_step(strategy, steps):
     # tf-keras' TF1 fit loops over steps_per_run only for classes it takes for
     # TPUStrategy (by name), as TF 1.15's Keras did; the fake TPU is not one.
-    _members.warn_at_user_line(
+    _user_line.warn_at_user_line(
         f"steps_per_run={steps} is not used by tf-keras' TF1 graph-mode fit() on "
         f"{type(strategy).__name__}: it runs one step per call (the same training, "
         f"more host round trips). To run {steps} steps per device loop, fit eagerly "

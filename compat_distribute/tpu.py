@@ -3,7 +3,9 @@
 The resolver names its backend (`TPUBackend`), so the core never imports the fake.
 """
 
+import contextlib
 import typing
+import weakref
 
 from compat_distribute import _input
 from compat_distribute import _lazy
@@ -94,7 +96,19 @@ def _is_device_assignment(value):
     return isinstance(value, tf.tpu.experimental.DeviceAssignment)
 
 
-class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
+# The strategies backends built when asked for a TPUStrategy: its instances too.
+_BUILT_BY_BACKENDS = weakref.WeakSet()
+
+
+class _TPUStrategyType(type):
+    """`isinstance(strategy, TPUStrategy)` holds for a strategy a backend built
+    for this class (a fake TPU's), as for one TF1 code built by this name."""
+
+    def __instancecheck__(cls, instance):
+        return super().__instancecheck__(instance) or instance in _BUILT_BY_BACKENDS
+
+
+class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2, metaclass=_TPUStrategyType):
     """`tf.compat.v1.distribute.experimental.TPUStrategy`'s signature on TF2.
 
     On a real TPU this is a `tf.distribute.TPUStrategy` built with
@@ -122,13 +136,17 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2):
                 tpu_cluster_resolver = default("")
         backend = backend_of(tpu_cluster_resolver)
         if backend is not None:
-            # Not an instance of cls, so Python skips __init__.
-            return backend(
+            # Not of class cls, so Python skips __init__ (isinstance holds:
+            # see _TPUStrategyType).
+            strategy = backend(
                 tpu_cluster_resolver,
                 steps_per_run=steps,
                 device_assignment=assignment,
                 spmd_xla_partitioning=False,
             )
+            with contextlib.suppress(TypeError):  # an object no weak reference can name
+                _BUILT_BY_BACKENDS.add(strategy)
+            return strategy
         return super().__new__(cls)
 
     def __init__(self, tpu_cluster_resolver=None, steps_per_run=None, device_assignment=None):

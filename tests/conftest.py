@@ -3,90 +3,23 @@
 The 8 CPUs come from the compat_distribute pytest plugin (`tf_devices = 8` in
 setup.cfg's [tool:pytest]), which splits the CPU before any test imports
 TensorFlow. Tests that need another device configuration run in a subprocess
-(see `run_python`), never by resetting TensorFlow's private state.
+(see `support.programs.run_python`), never by resetting TensorFlow's private state.
 """
 
 import importlib.metadata
 import os
-import subprocess
-import sys
-import textwrap
-import threading
 
 import pytest
 
-import forkrun
-from compat_distribute.testing import deadlines
-from compat_distribute.testing.cluster import launcher
+from support import programs
+from support.programs import run_program, run_python
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-# The session's warm interpreters (see `forkrun`), started on first use: the
-# default one (this environment) first, then one per `shared_env` given.
-_warm = []
-
-
-def _warm_python(env, shared_env):
-    if not launcher.zygote_wanted():  # COMPAT_DISTRIBUTE_ZYGOTE=0: fresh processes, as tasks
-        return None
-    if threading.current_thread() is not threading.main_thread():
-        # Its parent-death signal fires when the thread that started it ends,
-        # and one connection serves one caller at a time.
-        return None
-    if not shared_env and not forkrun.same_at_import(env, _default_env()):
-        return None
-    for warm in _warm:
-        if warm.forkable(env):
-            return warm
-    _warm.append(forkrun.WarmPython(env if shared_env else _default_env()))
-    return _warm[-1]
-
-
-def _default_env():
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-
-
-def run_program(argv, *, timeout=120, env=None, cwd=None, fresh=False, shared_env=False):
-    """Runs `python *argv` (["-c", code, ...] or [script, ...]) with os.environ
-    updated by `env`; returns the CompletedProcess (text stdout and stderr).
-
-    The program is forked from a warm interpreter that has imported TensorFlow
-    and numpy (see `forkrun`) unless `fresh` is true or its environment differs
-    from that interpreter's in a variable read at import: then it runs in a
-    fresh process (so do all with COMPAT_DISTRIBUTE_ZYGOTE=0, as cluster
-    tasks do). `shared_env`: many programs share this environment, so it
-    gets a warm interpreter of its own. `timeout` is scaled by
-    $COMPAT_DISTRIBUTE_TIMEOUT_SCALE (see `deadlines`); on timeout the
-    program's process group is killed and subprocess.TimeoutExpired raised.
-    """
-    full_env = dict(_default_env(), **(env or {}))
-    timeout = deadlines.scaled(timeout)
-    warm = None if fresh else _warm_python(full_env, shared_env)
-    if warm is not None:
-        return warm.run(list(argv), env=full_env, timeout=timeout, cwd=cwd)
-    return subprocess.run(
-        [sys.executable, *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-        cwd=cwd,
-    )
-
-
-def run_python(code, *, timeout=120, env=None, fresh=False):
-    """Runs `code` as `python -c` (see `run_program`); returns the CompletedProcess.
-
-    `fresh=True`: a fresh process, for a program about a fresh interpreter
-    (what is imported, import-time behaviour, exit timing).
-    """
-    return run_program(["-c", textwrap.dedent(code)], timeout=timeout, env=env, fresh=fresh)
 
 
 def pytest_sessionfinish(session):
     del session
-    while _warm:
-        _warm.pop().stop()
+    programs.stop_warm_pythons()
 
 
 def _keras_version():

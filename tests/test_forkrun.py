@@ -1,4 +1,4 @@
-"""The tests' warm interpreter (`forkrun`) and conftest's `run_program`: a forked
+"""The tests' warm interpreter (`support.forkrun`) and `support.programs.run_program`: a forked
 program behaves as the same program in a fresh process."""
 
 import os
@@ -6,11 +6,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
-import forkrun
+from support import forkrun
+from support.processes import wait_gone
 
 # Prints whether TensorFlow was imported before the program's first line, and
 # the pid of the program's parent.
@@ -18,20 +18,6 @@ _WHO_STARTED_ME = """
 import os, sys
 print("tensorflow" in sys.modules, os.getppid())
 """
-
-
-def _gone(pid, within=10.0):
-    """Whether process `pid` has ended (a zombie left to init counts) within `within` s."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize(
@@ -121,7 +107,7 @@ time.sleep(300)
         run_program(["-c", code], timeout=10)
     assert info.value.timeout == 10
     sleeper = int(info.value.output.split()[0])
-    assert _gone(sleeper), f"sleep {sleeper} outlived its program"
+    assert wait_gone([sleeper]) == [], f"sleep {sleeper} outlived its program"
 
 
 def test_the_fork_is_refused_once_tensorflow_runs_in_the_warm_interpreter(tmp_path):
@@ -141,8 +127,8 @@ def test_the_fork_is_refused_once_tensorflow_runs_in_the_warm_interpreter(tmp_pa
 def test_the_warm_interpreter_dies_with_its_parent():
     code = f"""
 import os, sys
-sys.path.insert(0, {os.path.dirname(__file__)!r})
-import forkrun
+sys.path.insert(0, {os.path.dirname(__file__)!r})  # tests/, holding `support`
+from support import forkrun
 warm = forkrun.WarmPython(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
 result = warm.run(["-c", "import os; print(os.getpid())"], env=warm.env, timeout=30)
 print(warm.process.pid, result.stdout.strip(), flush=True)
@@ -152,5 +138,5 @@ os._exit(0)  # no stop(): the warm interpreter is orphaned
                             timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert result.returncode == 0, result.stderr
     warm, child = (int(pid) for pid in result.stdout.split())
-    assert _gone(child, within=1.0)
-    assert _gone(warm), f"the warm interpreter {warm} outlived its parent"
+    assert wait_gone([child], 1.0) == []
+    assert wait_gone([warm]) == [], f"the warm interpreter {warm} outlived its parent"

@@ -62,3 +62,10 @@ def test_the_readme_installs_from_a_checkout_or_from_a_wheel_of_this_version():
     # No index has the package yet: no page may tell users to install it by name.
     for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
         assert not re.search(r"pip install [^\n]*[\s\"']compat_distribute\b(?!-)", page.read_text()), page.name
+
+
+def test_every_path_of_the_fast_subset_exists():
+    makefile = (ROOT / "Makefile").read_text()
+    paths = makefile.split("\nFAST_TESTS :=", 1)[1].split("\n\n", 1)[0].replace("\\\n", " ").split()
+    assert "tests/shims" in paths and len(paths) >= 8
+    assert [p for p in paths if not (ROOT / p).exists()] == []

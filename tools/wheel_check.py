@@ -173,7 +173,7 @@ def build_wheel(python, work):
         names = wheel.namelist()
         entry_points = next(wheel.read(n).decode() for n in names
                             if n.endswith(".dist-info/entry_points.txt"))
-    missing = [n for n in (f"{NAME}/py.typed", f"{NAME}/testing/pytest_plugin.py",
+    missing = [n for n in (f"{NAME}/py.typed", f"{NAME}/smoke/cli.py",
                            f"{NAME}/testing/pytest/hooks.py", f"{NAME}/__main__.py")
                if n not in names]
     if missing:

@@ -33,7 +33,3 @@ def format_footer(report):
     for r in report.failures:
         lines.append(f"FAILED {r.name}: {r.detail}")
     return "\n".join(lines)
-
-
-def format_report(report, header):
-    return "\n".join([header, *map(format_result, report.results), format_footer(report)])

@@ -13,12 +13,11 @@ if typing.TYPE_CHECKING:  # what IDEs and type checkers see; at run time, the ta
     from compat_distribute.testing._fake_tpu import FakeTPUClusterResolver, FakeTPUStrategy
     from compat_distribute.testing._fake_tpu import fake_tpu
     from compat_distribute.testing._fake_tpu import initialize_tpu_system, shutdown_tpu_system
-    from compat_distribute.testing._fake_tpu.replicate import set_trace_mode
     from compat_distribute.testing.cluster import ClusterError, ClusterTaskError
     from compat_distribute.testing.cluster import ClusterTimeoutError, LaunchHooks
     from compat_distribute.testing.cluster import LocalCluster, TFConfig, current_task
     from compat_distribute.testing.cluster import local_cluster, parse_tf_config
-    from compat_distribute.testing.cluster import pick_unused_port, worker_strategy
+    from compat_distribute.testing.cluster import worker_strategy
     from compat_distribute.testing.devices import set_virtual_devices
     from compat_distribute.testing.testcase import TestCase
     from compat_distribute.testing.xla_check import TPUCompatibilityError
@@ -43,7 +42,6 @@ __getattr__, __dir__, __all__ = _lazy.attach(
             "current_task",
             "local_cluster",
             "parse_tf_config",
-            "pick_unused_port",
             "worker_strategy",
         ),
         "compat_distribute.testing.devices": ("set_virtual_devices",),
@@ -56,7 +54,6 @@ __getattr__, __dir__, __all__ = _lazy.attach(
             "initialize_tpu_system",
             "shutdown_tpu_system",
         ),
-        "compat_distribute.testing._fake_tpu.replicate": ("set_trace_mode",),
         "compat_distribute.testing.testcase": ("TestCase",),
         "compat_distribute.testing.xla_check": (
             "TPUCompatibilityError",

@@ -1,6 +1,7 @@
 """The one adapter to TensorFlow internals used by the test harness.
 
-The counterpart of `compat_distribute._tf`, with the same rules.
+The counterpart of `compat_distribute._tf`, with the same rules; it also lists
+the attributes borrowed TensorFlow methods read of the fake (`CALLBACKS`).
 """
 
 import contextlib
@@ -76,18 +77,77 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_experimental_distribute_dataset"),
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_distribute_datasets_from_function"),
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_get_replica_order"),
-    (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_replica"),
-    (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_as_operand"),
-    (f"{_DISTRIBUTE}.values:DistributedVariable", "_dense_var_to_tensor"),
     ("tensorflow.python.eager.polymorphic_function.polymorphic_function:Function", "_clone"),
     # XLA check
     ("tensorflow.python.framework.ops:Graph", "_get_function"),
     # Fake TPU pods; MirroredExtended's `_input_workers_devices` (set in its
     # __init__) is pinned by its own test.
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_input_workers_with_options"),
-    # Fake TPU pods: V1 input iterators whose ops have run on the hosts.
-    (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_make_dataset_iterator"),
-    (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_make_input_fn_iterator"),
+)
+
+_MIRRORED = f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended"
+_TPU = f"{_DISTRIBUTE}.tpu_strategy:TPUExtended"
+_VARIABLE = f"{_DISTRIBUTE}.values:DistributedVariable"
+
+# (TensorFlow class, private method) that a class of the harness overrides. Were
+# TensorFlow to rename one, the override would silently stop being called.
+# tests/shims/test_tf_adapters.py checks that each still exists, and that every
+# override in the package is a row here or in `compat_distribute._tf`.
+OVERRIDES = (
+    # The fake TPU's extended (FakeTPUExtended, ReplicatingExtended).
+    (_MIRRORED, "_experimental_distribute_dataset"),
+    (_MIRRORED, "_distribute_datasets_from_function"),
+    (_MIRRORED, "_make_dataset_iterator"),
+    (_MIRRORED, "_make_input_fn_iterator"),
+    (_MIRRORED, "_configure"),
+    (_MIRRORED, "_update_config_proto"),
+    (_MIRRORED, "_in_multi_worker_mode"),
+    (_MIRRORED, "_create_variable"),
+    (_MIRRORED, "_call_for_each_replica"),
+    (_MIRRORED, "_reduce_to"),
+    (_MIRRORED, "_batch_reduce_to"),
+    (_MIRRORED, "_broadcast_to"),
+    (_MIRRORED, "_gather_to_implementation"),
+    (_MIRRORED, "_update"),
+    (_MIRRORED, "_update_non_slot"),
+    # The replica context of the fake's one trace per step.
+    (f"{_DISTRIBUTE}.distribute_lib:ReplicaContext", "_merge_call"),
+    (f"{_DISTRIBUTE}.distribute_lib:ReplicaContext", "_replica_id"),
+    # The fake's variables, read as TPU variables.
+    (_VARIABLE, "_get_replica"),
+    (_VARIABLE, "_use_packed_variable"),
+    (_VARIABLE, "_get_as_operand"),
+    (_VARIABLE, "_dense_var_to_tensor"),
+)
+
+# (TensorFlow method the fake borrows, attribute of the fake it reads, the
+# TensorFlow versions that read it): the names TensorFlow's own code, run on
+# the fake's objects, calls back. "extended." is read on the strategy's
+# extended. Were TensorFlow to stop reading one, the fake's value would be
+# silently ignored; tests/shims/test_tf_adapters.py checks each, and that
+# every private name a borrowed method reads of the fake's is a row here.
+CALLBACKS = (
+    (f"{_TPU}._experimental_distribute_dataset", "_get_input_workers", ""),
+    (f"{_TPU}._distribute_datasets_from_function", "_get_input_workers", ""),
+    (f"{_TPU}._experimental_distribute_dataset", "_replica_order", "<2.16"),
+    (f"{_TPU}._distribute_datasets_from_function", "_replica_order", "<2.16"),
+    (f"{_TPU}._get_replica_order", "_enable_data_reorder", ">=2.16"),
+    (f"{_TPU}._get_replica_order", "_tpu_devices", ">=2.16"),
+    (f"{_TPU}._configure", "_update_config_proto", ""),
+    (f"{_TPU}._update_config_proto", "_tpu_cluster_resolver", ""),
+    (f"{_TPU}.experimental_logical_device", "_tpu_devices", ""),
+    (f"{_TPU}.experimental_logical_device", "_logical_device_stack", ""),
+    (f"{_TPU}.num_hosts", "_device_assignment", ""),
+    (f"{_TPU}.num_hosts", "_tpu_metadata", ""),
+    (f"{_TPU}.num_replicas_per_host", "_device_assignment", ""),
+    (f"{_TPU}.num_replicas_per_host", "_tpu_metadata", ""),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUStrategyV2.experimental_assign_to_logical_device", "extended._tpu_devices", ""),
+    (
+        f"{_DISTRIBUTE}.tpu_strategy:TPUStrategyV2.experimental_assign_to_logical_device",
+        "extended._use_spmd_for_xla_partitioning",
+        "",
+    ),
+    (f"{_DISTRIBUTE}.tpu_strategy:TPUStrategyV2.experimental_split_to_logical_devices", "extended._tpu_devices", ""),
 )
 
 __getattr__ = _lazy.adapter(__name__, INTERNALS)

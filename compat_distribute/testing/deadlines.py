@@ -4,35 +4,20 @@ $COMPAT_DISTRIBUTE_TIMEOUT_SCALE (e.g. 3 on a loaded CI machine) instead of rais
 limits one by one.
 """
 
-import math
-import os
+from compat_distribute import _env
 
-__all__ = ["ENV_VAR", "MAX_SCALE", "scale", "scaled", "describe"]
+__all__ = ["ENV_VAR", "scale", "scaled", "describe"]
 
 ENV_VAR = "COMPAT_DISTRIBUTE_TIMEOUT_SCALE"
-# A factor past this is a typo (a deadline of hours), not a slow machine.
-MAX_SCALE = 100.0
 
 
 def scale(environ=None) -> float:
     """The factor in `environ` (default `os.environ`); 1 where unset or blank.
 
-    Raises ValueError naming the variable, the value and what is accepted.
+    Raises `SettingError` (a ValueError) naming the variable, the value and
+    what is accepted (its row in `compat_distribute._env`).
     """
-    text = (os.environ if environ is None else environ).get(ENV_VAR, "")
-    if not text.strip():
-        return 1.0
-    try:
-        factor = float(text)
-    except ValueError:
-        factor = math.nan
-    if not 0 < factor <= MAX_SCALE:  # Also refuses nan.
-        raise ValueError(
-            f"{ENV_VAR} must be a number > 0 and at most {MAX_SCALE:g} (it multiplies every "
-            f"deadline given to a child process, e.g. 3 on a loaded machine); got {text!r}. "
-            f"Set it to such a number, or unset it for 1."
-        )
-    return factor
+    return _env.read(ENV_VAR, environ)
 
 
 def scaled(seconds, environ=None) -> float:

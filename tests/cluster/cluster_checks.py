@@ -1,56 +1,16 @@
-"""Process-table, temp-dir and network checks of the cluster tests and the pod tests
-(tests/pods/conftest.py puts this folder on their sys.path)."""
+"""The cluster tests' leak checks; the process-table, temp-dir and socket checks they
+share with the pod tests are in `support` (and named here too)."""
 
 import os
-import sys
-import tempfile
 
 import pytest
 
 from compat_distribute.testing.cluster import launcher
 from compat_distribute.testing.cluster import netns
+from support.leftovers import cluster_dirs, listening  # noqa: F401  # the cluster tests' names
+from support.processes import descendants, running  # noqa: F401
 
 HOST_NETWORK = os.readlink("/proc/self/ns/net")
-
-
-def _children_by_parent():
-    children = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:  # Gone meanwhile.
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(name))
-    return children
-
-
-def descendants(pid=None):
-    """The descendants of `pid` (default: this process), but the session's warm
-    interpreters that fork the tests' programs (see tests/forkrun.py), which
-    live as long as the session."""
-    children = _children_by_parent()
-    forkrun = sys.modules.get("forkrun")  # Not loaded in the tests' own programs.
-    warm = forkrun.WarmPython.running if forkrun is not None else set()
-    found, todo = set(), [pid or os.getpid()]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in warm:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def running(pid):
-    """Whether `pid` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def network_namespace_users(namespace):
@@ -72,13 +32,6 @@ def network_namespace_users(namespace):
     return users
 
 
-def cluster_dirs(directory=None):
-    """This process's cluster directories in `directory` (default: the temp dir)."""
-    directory = directory or tempfile.gettempdir()
-    mine = f"local_cluster-{os.getpid()}."
-    return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.startswith(mine))
-
-
 def assert_no_leaks(pids, network_namespace=None):
     """`pids` are gone (dead and reaped); every descendant of this process and
     every cluster directory belongs to a cluster that still runs (the shared
@@ -97,19 +50,3 @@ def assert_no_leaks(pids, network_namespace=None):
 def require_private_network(c):
     if c.network != "private":
         pytest.skip(f"no private network namespace on this machine: {netns.support()}")
-
-
-def listening(ports):
-    """{port: [local address, ...]} of the TCP sockets listening on `ports` in
-    this process's network namespace: what the machine's interfaces offer."""
-    found = {}
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/self/net/{table}") as f:
-            for line in list(f)[1:]:
-                fields = line.split()
-                address, port = fields[1].split(":")
-                if fields[3] == "0A" and int(port, 16) in ports:  # TCP_LISTEN
-                    if len(address) == 8:  # IPv4, little-endian
-                        address = ".".join(str(b) for b in reversed(bytes.fromhex(address)))
-                    found.setdefault(int(port, 16), []).append(address)
-    return found

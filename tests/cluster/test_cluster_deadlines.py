@@ -30,9 +30,9 @@ def test_a_bad_factor_is_refused_naming_the_variable_and_what_is_accepted(value)
     with pytest.raises(ValueError) as raised:
         deadlines.scale({deadlines.ENV_VAR: value})
     assert str(raised.value) == (
-        f"COMPAT_DISTRIBUTE_TIMEOUT_SCALE must be a number > 0 and at most 100 (it multiplies "
-        f"every deadline given to a child process, e.g. 3 on a loaded machine); got {value!r}. "
-        f"Set it to such a number, or unset it for 1."
+        f"COMPAT_DISTRIBUTE_TIMEOUT_SCALE must be a number > 0 and at most 100; got {value!r}. "
+        f"It multiplies every time limit given to a child process (e.g. 3 on a loaded "
+        f"machine). Set it so, or unset it for the default (1)."
     )
 
 

@@ -67,14 +67,15 @@ def test_tasks_are_forked_by_one_zygote_unless_it_is_switched_off(temp_dir, monk
     assert os.listdir(temp_dir) == []
 
 
-@pytest.mark.parametrize("value", ["yes", "", "2"])
+@pytest.mark.parametrize("value", ["2", "fork"])
 def test_a_bad_switch_is_refused_naming_the_accepted_values(value):
     with pytest.raises(ValueError) as raised:
         launcher.zygote_wanted({launcher.ZYGOTE_ENV_VAR: value})
     assert str(raised.value) == (
-        f"COMPAT_DISTRIBUTE_ZYGOTE must be 1 (fork a launch's tasks from one process that "
-        f"imported TensorFlow) or 0 (start each task as a fresh process); got {value!r}. "
-        f"Set it to 0 or 1, or unset it for 1."
+        f"COMPAT_DISTRIBUTE_ZYGOTE must be 1/0, true/false, yes/no or on/off; got {value!r}. "
+        f"It makes local_cluster and fake TPU pods fork their tasks from one process that "
+        f"imported TensorFlow (1), or start each task as a fresh process (0). Set it so, or "
+        f"unset it for the default (1)."
     )
 
 

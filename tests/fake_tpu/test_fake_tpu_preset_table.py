@@ -9,8 +9,9 @@ import pytest
 import tensorflow as tf
 
 import compat_distribute
-from compat_distribute import __main__ as cli
-from compat_distribute import smoke
+from compat_distribute.smoke import cli
+from compat_distribute.smoke import table as smoke_table
+from compat_distribute.smoke import targets as smoke_targets
 from compat_distribute.smoke import checks as smoke_checks
 from compat_distribute.testing import PRESETS
 from compat_distribute.testing import FakeTPUClusterResolver
@@ -81,11 +82,11 @@ def test_the_chooser_and_testcase_offer_the_new_slice(new_row, monkeypatch):
 
 
 def test_the_smoke_command_offers_and_runs_on_the_new_slice(new_row):
-    assert "v9-4" in smoke.topologies()
+    assert "v9-4" in smoke_table.topologies()
     parser = cli.build_smoke_parser()
     args = parser.parse_args(["--topology", "v9-4"])
     cli._check_fake_options(args, parser)  # pylint: disable=protected-access
-    target = smoke.target(smoke.choose_backend(args.tpu, topology=args.topology), 1)
+    target = smoke_targets.target(_backend.choose_backend(args.tpu, topology=args.topology), 1)
     assert (target.device, target.replicas) == ("fake (v9-4, 4 cores on CPU)", 4)
     assert target.info == {"hardware": "fake_tpu", "topology": "v9-4", "hosts": 1}
     assert smoke_checks.check_replicas(target, {}) == "4 replicas in sync on 4 worker devices"

@@ -259,7 +259,7 @@ def test_mode_comes_from_the_environment(monkeypatch):
     with pytest.raises(ValueError) as raised:
         replicate.mode_from_environment()
     assert str(raised.value).startswith(
-        "$COMPAT_DISTRIBUTE_FAKE_TPU_TRACE must be one of ('per_replica', 'once'); got 'twice'."
+        "COMPAT_DISTRIBUTE_FAKE_TPU_TRACE must be one of 'once', 'per_replica'; got 'twice'."
     )
 
 

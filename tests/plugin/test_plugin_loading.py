@@ -1,9 +1,8 @@
-"""How pytest finds the plugin: its entry point, `-p`, and `pytest_plugins`.
+"""How pytest finds the plugin: its entry point, and `-p` with the entry point's name.
 
 The entry point is the one in setup.cfg, as an install of this tree declares it
 (whatever the installed copy here says): `compat_distribute` names the module
-`compat_distribute.testing.pytest.hooks`. The plugin's former module path,
-`compat_distribute.testing.pytest_plugin`, must still load it, once.
+`compat_distribute.testing.pytest.hooks`.
 """
 
 import configparser
@@ -18,7 +17,6 @@ from plugin_helpers import usage_error
 pytest_plugins = ["pytester"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-OLD_PATH = "compat_distribute.testing.pytest_plugin"
 
 # The test project says under which names the plugin's hooks are registered.
 _SHOW_REGISTRATION = """
@@ -57,23 +55,11 @@ def test_setup_cfg_names_the_hooks_module(installed_from_setup_cfg):
 
 
 @pytest.mark.parametrize(
-    "args, conftest_plugins",
-    [
-        ([], None),
-        (["-p", "compat_distribute"], None),
-        (["-p", OLD_PATH], None),
-        ([], OLD_PATH),
-    ],
-    ids=["entry-point", "p-entry-point-name", "p-old-module-path", "pytest_plugins-old-path"],
+    "args", [[], ["-p", "compat_distribute"]], ids=["entry-point", "p-entry-point-name"]
 )
-def test_every_way_in_registers_the_plugin_once(
-    pytester, installed_from_setup_cfg, args, conftest_plugins
-):
+def test_every_way_in_registers_the_plugin_once(pytester, installed_from_setup_cfg, args):
     del installed_from_setup_cfg
-    conftest = _SHOW_REGISTRATION
-    if conftest_plugins:
-        conftest = f"pytest_plugins = [{conftest_plugins!r}]\n" + conftest
-    pytester.makeconftest(conftest)
+    pytester.makeconftest(_SHOW_REGISTRATION)
     result = pytester.runpytest(*args, "--collect-only", "--tpu=fake", "--fake-tpu-topology=v4-8")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stderr.str()
     result.stdout.fnmatch_lines(
@@ -84,13 +70,13 @@ def test_every_way_in_registers_the_plugin_once(
     )
 
 
-@pytest.mark.parametrize("name", ["compat_distribute", OLD_PATH])
-def test_with_autoload_off_p_loads_the_plugin(pytester, monkeypatch, installed_from_setup_cfg,
-                                              name):
+def test_with_autoload_off_p_loads_the_plugin(pytester, monkeypatch, installed_from_setup_cfg):
     del installed_from_setup_cfg
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     pytester.makeconftest(_SHOW_REGISTRATION)
-    result = pytester.runpytest("-p", name, "--collect-only", "--fake-tpu-topology=v4-8")
+    result = pytester.runpytest(
+        "-p", "compat_distribute", "--collect-only", "--fake-tpu-topology=v4-8"
+    )
     result.stdout.fnmatch_lines(
         [
             "compat_distribute: tpu=fake (v4-8, 4 cores on CPU), tf-devices=as the tests need",

@@ -65,7 +65,7 @@ pytest_plugins = ["pytester"]
             [],
             {},
             "fake_tpu_strict = maybe",
-            "--fake-tpu-strict: expected one of 1, true, yes, on, 0, false, no, off, "
+            "--fake-tpu-strict: expected 1/0, true/false, yes/no or on/off, "
             "got 'maybe' (from ini key fake_tpu_strict in {ini})\n",
         ),
         (

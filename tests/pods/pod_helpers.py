@@ -7,11 +7,10 @@ import sys
 
 from compat_distribute.testing import deadlines
 
+from support.programs import TESTS
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-TESTS = os.path.dirname(HERE)
 ROOT = os.path.dirname(TESTS)
-# The cluster tests' folder: its `cluster_checks` serves both (see conftest.py).
-CLUSTER_TESTS = os.path.join(TESTS, "cluster")
 # What one pod program may take (4 host processes import TensorFlow); scaled.
 PROGRAM_TIMEOUT_S = 300
 
@@ -22,10 +21,10 @@ def program_timeout():
 
 def env(extra=None):
     """The environment of a pod program: this package, this folder and the
-    cluster tests' helpers importable, TensorFlow's C++ logs quiet."""
+    tests' `support` importable, TensorFlow's C++ logs quiet."""
     return dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([ROOT, HERE, CLUSTER_TESTS] + sys.path),
+        PYTHONPATH=os.pathsep.join([ROOT, HERE, TESTS] + sys.path),
         TF_CPP_MIN_LOG_LEVEL="2",
         **(extra or {}),
     )

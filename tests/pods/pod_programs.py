@@ -13,19 +13,19 @@ import sys
 import tempfile
 import time
 
+from support.leftovers import listening
+from support.processes import descendants
+from support.processes import running
+from support.processes import wait_for
+
 GLOBAL_BATCH = 64
 # Training runs as TPU programs do: several steps a call, in a tf.range loop.
 TRAIN_CALLS = 30
 STEPS_PER_CALL = 10
 LEARNING_RATE = 0.5
+# How long a pod's watchdog may take to see a host or the relay die (scaled).
+WATCHDOG_S = 30.0
 
-
-
-def _wait_for(condition, timeout_s=30.0):
-    """Polls `condition` until it holds or `timeout_s` passes (the caller asserts)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 def _replica_ids_summed(strategy):
     import tensorflow as tf
@@ -124,20 +124,12 @@ def _train(strategy, calls):
 
 
 def _descendants():
-    from cluster_checks import descendants
-
     return sorted(descendants())
 
 
 def _bytes_written(pid):
     with open(f"/proc/{pid}/io") as f:
         return int(next(line for line in f if line.startswith("wchar")).split()[1])
-
-
-def running(pid):
-    from cluster_checks import running as is_running
-
-    return is_running(pid)
 
 
 def pod(checkpoint_dir):
@@ -232,7 +224,7 @@ def pod(checkpoint_dir):
     # A host dies: the next step fails, naming it, within the timeout.
     os.kill(host_pids[2], 9)
     # The watchdog looks 4 times a second; a loaded machine may delay it.
-    _wait_for(lambda: (fake.pod.failure or "").startswith("host 2"))
+    wait_for(lambda: (fake.pod.failure or "").startswith("host 2"), WATCHDOG_S)
     out["watchdog"] = fake.pod.failure
     failed_at = time.monotonic()
     try:
@@ -247,7 +239,10 @@ def pod(checkpoint_dir):
 
     # A stopped host would hang every step: the watchdog kills it.
     os.kill(host_pids[1], signal.SIGSTOP)
-    _wait_for(lambda: (fake.pod.failure or "").startswith("host 1") and not running(host_pids[1]))
+    wait_for(
+        lambda: (fake.pod.failure or "").startswith("host 1") and not running(host_pids[1]),
+        WATCHDOG_S,
+    )
     out["stopped_host"] = [fake.pod.failure, running(host_pids[1])]
 
     fake.stop()
@@ -386,12 +381,6 @@ def hold_pod():
 PROGRAMS = {"pod": pod, "one_host": one_host, "keras_pod": keras_pod, "hold_pod": hold_pod}
 
 
-def _listening(ports):
-    from cluster_checks import listening
-
-    return listening(ports)
-
-
 def _machine_address():
     """This machine's first non-loopback IPv4 address, or None."""
     import socket
@@ -454,7 +443,7 @@ def pod_network():
     tf.config.experimental_connect_to_cluster(resolver)
     ports = [int(a.rsplit(":", 1)[1]) for a in resolver.cluster_spec().as_dict()["worker"]]
     strategy = tf.distribute.TPUStrategy(resolver)
-    out["listening"] = {str(p): a for p, a in sorted(_listening(set(ports)).items())}
+    out["listening"] = {str(p): a for p, a in sorted(listening(set(ports)).items())}
     machine = _machine_address()
     out["machine_address"] = machine
     out["from_the_machine_address"] = [_connect(machine, p) for p in ports] if machine else []
@@ -467,7 +456,7 @@ def pod_network():
 
     # The relay dies: no host can be reached, and the watchdog says why.
     os.kill(relay_pid, signal.SIGKILL)
-    time.sleep(1.0)
+    wait_for(lambda: fake.pod.failure is not None, WATCHDOG_S)
     out["relay_watchdog"] = [relay_pid, fake.pod.failure]
     failed_at = time.monotonic()
     try:
@@ -487,7 +476,7 @@ def pod_network():
         [p for p in host_pids + [relay_pid] if os.path.exists(f"/proc/{p}")],
         _descendants(),
         os.path.exists(cluster_dir),
-        _listening(set(ports)),
+        listening(set(ports)),
     ]
     return out
 

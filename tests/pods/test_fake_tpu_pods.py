@@ -11,14 +11,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pod_helpers
 import pytest
-from cluster_checks import cluster_dirs
-from cluster_checks import descendants
-from cluster_checks import running
+from support.leftovers import cluster_dirs
+from support.processes import descendants
+from support.processes import running
+from support.processes import wait_gone
 
 from compat_distribute.testing import PRESETS
 from compat_distribute.testing import fake_tpu
@@ -343,10 +343,7 @@ def test_hosts_die_with_a_client_killed_by_sigkill(tmp_path):
     assert word == "HOSTS" and len(pids) == 2 and os.path.dirname(directory) == str(temp_dir)
     assert relay[0] == "RELAY"
     pids += [] if relay[1] == "none" else [int(relay[1])]  # none on the host network
-    deadline = time.monotonic() + 10
-    while any(running(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert [p for p in pids if running(p)] == []
+    assert wait_gone(pids) == []
     # The killed client could not remove its directory; the next launch does.
     assert workdir.reap_abandoned(str(temp_dir)) == [directory]
     assert os.listdir(temp_dir) == []
@@ -495,8 +492,7 @@ def test_a_pod_network_the_harness_does_not_know_is_refused(monkeypatch):
     with pytest.raises(ValueError) as raised:
         FakeTPUClusterResolver("v4-16")
     assert str(raised.value).startswith(
-        "$COMPAT_DISTRIBUTE_POD_NETWORK: network must be one of 'private', 'host', 'auto'; "
-        "got 'loopback' (str)."
+        "COMPAT_DISTRIBUTE_POD_NETWORK must be one of 'auto', 'private', 'host'; got 'loopback'."
     )
     monkeypatch.setenv("COMPAT_DISTRIBUTE_POD_NETWORK", "host")
     resolver = FakeTPUClusterResolver("v4-16")

@@ -18,8 +18,8 @@ import subprocess
 import sys
 import time
 
-import cluster_checks
 import pytest
+from support.processes import wait_gone
 
 from compat_distribute.testing.cluster import workdir
 
@@ -168,9 +168,6 @@ def test_two_pod_clients_side_by_side_get_their_own_values_and_leave_nothing(tmp
     # Each client stopped its own hosts (and relay): nothing of them is left.
     pids = [p for r in results for p in r["hosts"] + ([r["relay"]] if r["relay"] else [])]
     assert len(set(pids)) == len(pids)
-    deadline = time.monotonic() + 10
-    while any(cluster_checks.running(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert [p for p in pids if cluster_checks.running(p)] == []
+    assert wait_gone(pids) == []
     # The hosts' directories (their logs and TMPDIRs) are gone too.
     assert [n for n in os.listdir(tmp_path) if n.startswith(workdir.PREFIX)] == []

@@ -11,10 +11,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-import cluster_checks
 import pytest
+from support.processes import wait_gone
 
 from compat_distribute.testing.cluster import workdir
 
@@ -97,8 +96,5 @@ def test_an_eight_host_preset_feeds_each_host_and_all_reduces(tmp_path):
     assert out["first_batch_sizes"] == [64 // REPLICAS] * REPLICAS
     pids = out["hosts"] + ([out["relay"]] if out["relay"] else [])
     assert len(set(out["hosts"])) == HOSTS
-    deadline = time.monotonic() + 10
-    while any(cluster_checks.running(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert [p for p in pids if cluster_checks.running(p)] == []
+    assert wait_gone(pids) == []
     assert [n for n in os.listdir(tmp_path) if n.startswith(workdir.PREFIX)] == []

@@ -302,14 +302,3 @@ def test_tf1_graph_program_with_contrib_names_runs_in_a_session(run_python):
         "mwms_type": "MultiWorkerMirroredStrategy",
         "contrib_after_uninstall": False,
     }
-
-
-def test_docs_show_the_contrib_table():
-    import os
-
-    from compat_distribute import _contrib
-
-    docs = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs")
-    with open(os.path.join(docs, "migration.md")) as f:
-        text = f.read()
-    assert _contrib.markdown() in text, "run `python tools/readme.py contrib`"

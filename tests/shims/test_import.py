@@ -40,12 +40,13 @@ def test_collective_strategy_can_be_built_after_import(after_import):
     assert after_import.stdout.splitlines()[1:] == ["1 3.0"]
 
 
-def test_import_and_the_pytest_plugin_import_no_tensorflow(run_python):
-    # pytest imports the plugin through its entry point in every run.
+def test_import_the_pytest_plugin_and_the_command_import_no_tensorflow(run_python):
+    # pytest imports the plugin through its entry point in every run; the
+    # command answers --help and usage errors before TensorFlow loads.
     result = run_python("""
         import sys
         import compat_distribute, compat_distribute.testing
-        import compat_distribute.testing.pytest_plugin
+        import compat_distribute.testing.pytest.hooks, compat_distribute.smoke.cli
         assert "tensorflow" not in sys.modules, "tensorflow imported"
         print(sorted(compat_distribute.__all__))
         print(compat_distribute.TPUStrategy.__module__, "tensorflow" in sys.modules)
@@ -79,3 +80,37 @@ print(_tf.MirroredExtended.__name__, compat_distribute.MultiWorkerMirroredStrate
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["MirroredExtended", "MultiWorkerMirroredStrategy"]
+
+
+# The privacy rule (docs/design.md): public is what a public module lists in
+# __all__ and a docs page describes; every other module is internal.
+PUBLIC_MODULES = ("compat_distribute", "compat_distribute.testing", "compat_distribute.checkpoint")
+
+
+def _docs_text():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    return "\n".join(p.read_text() for p in [root / "README.md", *(root / "docs").glob("*.md")])
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_every_public_name_is_described_in_the_docs(module):
+    import importlib
+    import re
+
+    text = _docs_text()
+    names = importlib.import_module(module).__all__
+    undescribed = [n for n in names if not re.search(rf"\b{re.escape(n)}\b", text)]
+    assert names and not undescribed, f"{module}.__all__ names what no page describes: {undescribed}"
+
+
+def test_the_smoke_package_and_the_harness_switches_are_not_public():
+    import compat_distribute.smoke
+    import compat_distribute.testing
+
+    assert not hasattr(compat_distribute.smoke, "__all__")
+    for name in ("set_trace_mode", "pick_unused_port", "FakeTPUStrategyV1"):
+        assert name not in compat_distribute.testing.__all__
+        with pytest.raises(AttributeError):
+            getattr(compat_distribute.testing, name)

@@ -532,15 +532,6 @@ def test_migration_table_lists_every_changed_row():
     ) in table
 
 
-def test_docs_show_this_table():
-    import os
-
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(repo, "docs", "migration.md")) as f:
-        text = f.read()
-    assert _members.migration_table() in text, "run `python tools/readme.py members`"
-
-
 # Point 9: inside a tf.function, a renamed member warns at the user's line.
 
 _USER_MODULE = '''\

@@ -354,9 +354,9 @@ def test_a_bad_deadline_is_refused_before_tf_is_touched(monkeypatch, value):
         cd.MultiWorkerMirroredStrategy()
     assert str(info.value) == (
         "COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT must be a number of seconds > 0 and at most "
-        "86400: how long MultiWorkerMirroredStrategy() may wait for the other tasks of its "
-        f"cluster; got {value!r}. Set it so (e.g. 600), or unset it to wait as long as "
-        "TensorFlow does (an hour)."
+        f"86400; got {value!r}. It bounds how long MultiWorkerMirroredStrategy() waits for "
+        "the other tasks of its cluster; past it the process ends, naming the tasks. Set it "
+        "so, or unset it for the default (TensorFlow's own wait, an hour)."
     )
     assert calls == []
 

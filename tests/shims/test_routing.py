@@ -184,15 +184,6 @@ def test_each_listed_spelling_exists_in_tensorflow_today(spelling):
     assert spelling.versions.endswith("-2.21")
 
 
-def test_docs_show_the_spellings_table():
-    import os
-
-    docs = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs")
-    with open(os.path.join(docs, "migration.md")) as f:
-        text = f.read()
-    assert _routing.spellings_markdown() in text, "run `python tools/readme.py spellings`"
-
-
 # Each routed spelling, called as the code of its era called it.
 
 

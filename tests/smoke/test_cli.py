@@ -18,9 +18,9 @@ import time
 import pytest
 
 import compat_distribute
-from compat_distribute import __main__ as cli
-from compat_distribute import smoke
-from compat_distribute.smoke import environment
+from compat_distribute import _env
+from compat_distribute.smoke import cli
+from compat_distribute.smoke import table as smoke_table
 from compat_distribute.testing._fake_tpu import topologies
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -54,20 +54,20 @@ def run_cli(*args, env=None, timeout=300):
     [
         (
             ["smoke", "--steps-per-run", "0"],
-            "argument --steps-per-run: must be an int from 1 to 10000; got '0'",
+            "argument --steps-per-run: must be a whole number from 1 to 10000; got '0'",
         ),
         (
             ["smoke", "--steps-per-run", "10001"],
-            "argument --steps-per-run: must be an int from 1 to 10000; got '10001'",
+            "argument --steps-per-run: must be a whole number from 1 to 10000; got '10001'",
         ),
         (
             ["smoke", "--timeout", "-1"],
-            "argument --timeout: must be a number of seconds > 0 and <= 86400; got '-1'",
+            "argument --timeout: must be a number of seconds > 0 and at most 86400; got '-1'",
         ),
         (
             ["smoke", "--topology", "v9-99"],
             "argument --topology: invalid choice: 'v9-99' (choose from "
-            + ", ".join(repr(t) for t in smoke.topologies())
+            + ", ".join(repr(t) for t in smoke_table.topologies())
             + ")",
         ),
         (
@@ -187,7 +187,7 @@ def _run_watching_for_tensorflow(args, env=None):
     probe = (
         "import atexit, os, sys\n"
         "atexit.register(lambda: os.write(3, str('tensorflow' in sys.modules).encode()))\n"
-        "from compat_distribute import __main__ as cli\n"
+        "from compat_distribute.smoke import cli\n"
         f"cli.entry({args!r})\n"
     )
     read_end, write_end = os.pipe()
@@ -211,34 +211,30 @@ def _run_watching_for_tensorflow(args, env=None):
     [
         (  # was read only by clusters and pods: a v3-8 run ignored it
             {"COMPAT_DISTRIBUTE_TIMEOUT_SCALE": "abc"},
-            "COMPAT_DISTRIBUTE_TIMEOUT_SCALE must be a number > 0 and at most 100 (it "
-            "multiplies every deadline given to a child process, e.g. 3 on a loaded machine); "
-            "got 'abc'. Set it to such a number, or unset it for 1.",
+            "COMPAT_DISTRIBUTE_TIMEOUT_SCALE must be a number > 0 and at most 100; got 'abc'. "
+            "It multiplies every time limit given to a child process (e.g. 3 on a loaded "
+            "machine). Set it so, or unset it for the default (1).",
         ),
         (
-            {"COMPAT_DISTRIBUTE_ZYGOTE": "yes"},
-            "COMPAT_DISTRIBUTE_ZYGOTE must be 1 (fork a launch's tasks from one process that "
-            "imported TensorFlow) or 0 (start each task as a fresh process); got 'yes'. Set it "
-            "to 0 or 1, or unset it for 1.",
-        ),
-        (
-            {"COMPAT_DISTRIBUTE_TF_DEVICES": "0"},
-            "COMPAT_DISTRIBUTE_TF_DEVICES: expected a positive integer, got '0'. Set it to such "
-            "a value, or unset it.",
+            {"COMPAT_DISTRIBUTE_ZYGOTE": "maybe"},
+            "COMPAT_DISTRIBUTE_ZYGOTE must be 1/0, true/false, yes/no or on/off; got 'maybe'. "
+            "It makes local_cluster and fake TPU pods fork their tasks from one process that "
+            "imported TensorFlow (1), or start each task as a fresh process (0). Set it so, or "
+            "unset it for the default (1).",
         ),
         (
             {"COMPAT_DISTRIBUTE_POD_NETWORK": "lan"},
-            "$COMPAT_DISTRIBUTE_POD_NETWORK: network must be one of 'private', 'host', 'auto'; "
-            "got 'lan' (str). 'private' keeps the tasks' servers off the host's interfaces, "
-            "'host' shares this process's network, 'auto' picks private where the platform "
-            "allows it.",
+            "COMPAT_DISTRIBUTE_POD_NETWORK must be one of 'auto', 'private', 'host'; got 'lan'. "
+            "It chooses where a fake TPU pod's host servers listen: on a private network reached "
+            "through a relay, on this process's network, or (auto) private where the platform "
+            "allows it. Set it so, or unset it for the default (auto).",
         ),
         (
             {"COMPAT_DISTRIBUTE_TIMEOUT_SCAL": "3"},
-            "COMPAT_DISTRIBUTE_TIMEOUT_SCAL='3' is not a compat_distribute setting. Did you "
-            "mean COMPAT_DISTRIBUTE_TIMEOUT_SCALE? The settings are "
-            + ", ".join(sorted(environment.checks()))
-            + ". Correct the name, or unset it.",
+            "COMPAT_DISTRIBUTE_TIMEOUT_SCAL is not a compat_distribute setting. Did you mean "
+            "COMPAT_DISTRIBUTE_TIMEOUT_SCALE? The settings are "
+            + ", ".join(row.name for row in _env.VARIABLES)
+            + " (docs/settings.md).",
         ),
     ],
 )
@@ -251,21 +247,6 @@ def test_a_bad_compat_distribute_variable_is_one_line_and_exit_2_before_tensorfl
     assert result.stdout == ""
 
 
-def test_the_environment_check_knows_every_variable_by_its_readers_name():
-    from compat_distribute.testing._fake_tpu import pod
-    from compat_distribute.testing._fake_tpu import replicate
-
-    assert {replicate.ENV, pod.NETWORK_ENV} <= set(environment.checks())
-    with pytest.raises(ValueError) as info:
-        environment.check_all({replicate.ENV: "twice"})
-    assert str(info.value) == (
-        "$COMPAT_DISTRIBUTE_FAKE_TPU_TRACE must be one of ('per_replica', 'once'); got "
-        "'twice'. 'once' traces the replica function once, as a TPU does; 'per_replica' "
-        "traces it once per replica, as MirroredStrategy does."
-    )
-    environment.check_all({replicate.ENV: "once", pod.NETWORK_ENV: "host", "OTHER": "x"})
-
-
 def test_smoke_help_lists_every_option_checks_and_topologies(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["smoke", "--help"])
@@ -275,11 +256,11 @@ def test_smoke_help_lists_every_option_checks_and_topologies(capsys):
     assert "--inject-failure" in options and "--verbose" in options
     for option in options:
         assert option in out, option
-    for name in [c.name for c in smoke.CHECKS]:
+    for name in [c.name for c in smoke_table.CHECKS]:
         assert f"\n  {name} " in out, name
-    names = ", ".join(smoke.topologies())
+    names = ", ".join(smoke_table.topologies())
     assert f"the fake TPU's topology: {names} (default v3-8)" in " ".join(out.split())
-    assert {"v2-8", "v3-8", "v4-8", "v5litepod-8", "v5p-8", "v6e-8"} <= set(smoke.topologies())
+    assert {"v2-8", "v3-8", "v4-8", "v5litepod-8", "v5p-8", "v6e-8"} <= set(smoke_table.topologies())
     assert (
         "--hosts N the fake TPU's hosts: 1 puts every core of a pod topology (e.g. v3-32) in "
         "this process; the topology's own count (v3-32: 4, the default) runs a host process each"
@@ -356,7 +337,7 @@ def test_json_run_on_the_fake_tpu_prints_the_report_alone_and_leaves_tmpdir_empt
     assert report["replicas"] == 8
     assert report["steps_per_run"] == 2
     assert (report["hardware"], report["topology"]) == ("fake_tpu", "v3-8")
-    assert [c["name"] for c in report["checks"]] == list([c.name for c in smoke.CHECKS])
+    assert [c["name"] for c in report["checks"]] == list([c.name for c in smoke_table.CHECKS])
     for check in report["checks"]:
         assert set(check) == {"name", "ok", "detail", "seconds", "skipped"}
         assert check["ok"] is True and check["skipped"] is False, check
@@ -398,7 +379,7 @@ def test_text_run_with_injected_failure_shows_the_held_back_log():
         "compat-distribute smoke: fake (v2-8, 8 cores on CPU), steps_per_run=1"
     )
     statuses = [line.split()[:2] for line in lines[1:9]]
-    assert statuses == [["FAIL" if n == "checkpoint" else "PASS", n] for n in [c.name for c in smoke.CHECKS]]
+    assert statuses == [["FAIL" if n == "checkpoint" else "PASS", n] for n in [c.name for c in smoke_table.CHECKS]]
     assert lines[-1].startswith(
         "FAILED checkpoint: failure injected by --inject-failure (measured: 3 variables"
     )

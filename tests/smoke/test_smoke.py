@@ -10,23 +10,27 @@ import pytest
 import tensorflow as tf
 
 import compat_distribute
-from compat_distribute import smoke
 from compat_distribute import _lazy
 from compat_distribute.smoke import checks
+from compat_distribute.smoke import progress as smoke_progress
+from compat_distribute.smoke import report as smoke_report
 from compat_distribute.smoke import run as smoke_run
+from compat_distribute.smoke import table as smoke_table
+from compat_distribute.smoke import targets as smoke_targets
+from compat_distribute.testing import _backend
 
 
 @pytest.fixture(scope="module", name="mwms_target")
 def mwms_target_fixture():
     # One worker, no TF_CONFIG: one replica on the host CPU.
     strategy = compat_distribute.MultiWorkerMirroredStrategy()
-    return smoke.Target(strategy=strategy, device="MWMS shim", replicas=1, steps_per_run=3)
+    return smoke_targets.Target(strategy=strategy, device="MWMS shim", replicas=1, steps_per_run=3)
 
 
 def test_all_checks_pass_under_multi_worker_shim(mwms_target):
-    report = smoke.run_checks(mwms_target)
+    report = smoke_run.run_checks(mwms_target)
     by_name = {r.name: r for r in report.results}
-    assert [r.name for r in report.results] == [c.name for c in smoke.CHECKS]
+    assert [r.name for r in report.results] == [c.name for c in smoke_table.CHECKS]
     assert report.ok, [r.detail for r in report.failures]
     assert by_name["all_reduce"].detail.startswith("sum of 1..1 = 1 in all 1 replicas")
     assert "counter 0 -> 3 after run_steps, -> 6" in by_name["run_steps"].detail
@@ -39,7 +43,7 @@ def test_all_checks_pass_under_multi_worker_shim(mwms_target):
 
 
 def test_check_table_names_each_check_once():
-    assert tuple(c.name for c in smoke.CHECKS) == (
+    assert tuple(c.name for c in smoke_table.CHECKS) == (
         "replicas",
         "per_replica_values",
         "all_reduce",
@@ -50,11 +54,11 @@ def test_check_table_names_each_check_once():
         "training",
     )
     # Each row's path names a function of the checks module.
-    assert all(c.what and callable(_lazy.load(c.fn)) for c in smoke.CHECKS)
+    assert all(c.what and callable(_lazy.load(c.fn)) for c in smoke_table.CHECKS)
 
 
 def test_fake_tpu_checks_measure_eight_replicas():
-    target = smoke.target(smoke.choose_backend("fake", topology="v3-8"), 2)
+    target = smoke_targets.target(_backend.choose_backend("fake", topology="v3-8"), 2)
     assert target.device == "fake (v3-8, 8 cores on CPU)"
     measured = {}
     assert checks.check_replicas(target, measured) == "8 replicas in sync on 8 worker devices"
@@ -67,36 +71,36 @@ def test_fake_tpu_checks_measure_eight_replicas():
 
 
 def test_check_reports_what_it_measured_when_wrong(mwms_target):
-    wrong = smoke.Target(strategy=mwms_target.strategy, device="", replicas=3, steps_per_run=1)
-    with pytest.raises(smoke.CheckFailed, match=r"^num_replicas_in_sync: expected 3, got 1$"):
+    wrong = smoke_targets.Target(strategy=mwms_target.strategy, device="", replicas=3, steps_per_run=1)
+    with pytest.raises(checks.CheckFailed, match=r"^num_replicas_in_sync: expected 3, got 1$"):
         checks.check_replicas(wrong, {})
     with pytest.raises(
-        smoke.CheckFailed,
+        checks.CheckFailed,
         match=r"^all_reduce\(SUM\) of 1..n in each replica: expected \[6.0, 6.0, 6.0\], got \[1.0\]$",
     ):
         checks.check_all_reduce(wrong, {})
 
 
 def test_a_check_that_raises_fails_with_a_one_line_reason():
-    broken = smoke.Target(strategy=object(), device="nothing", replicas=2, steps_per_run=1)
-    report = smoke.run_checks(broken)
+    broken = smoke_targets.Target(strategy=object(), device="nothing", replicas=2, steps_per_run=1)
+    report = smoke_run.run_checks(broken)
     assert not report.ok
     replicas = report.results[0]
     assert replicas.detail == (
         "AttributeError: 'object' object has no attribute 'num_replicas_in_sync'"
     )
     assert all("\n" not in r.detail for r in report.results)
-    assert "FAILED replicas: AttributeError" in smoke.format_footer(report)
+    assert "FAILED replicas: AttributeError" in smoke_report.format_footer(report)
 
 
 def test_inject_failure_fails_after_measuring(mwms_target):
-    report = smoke.run_checks(mwms_target, inject_failure="replicas")
+    report = smoke_run.run_checks(mwms_target, inject_failure="replicas")
     assert [r.name for r in report.failures] == ["replicas"]
     assert report.failures[0].detail == (
         "failure injected by --inject-failure (measured: 1 replicas in sync on 1 worker devices)"
     )
     with pytest.raises(ValueError, match="inject_failure must be one of replicas, "):
-        smoke.run_checks(mwms_target, inject_failure="nope")
+        smoke_run.run_checks(mwms_target, inject_failure="nope")
 
 
 class _TTY(io.StringIO):
@@ -107,7 +111,7 @@ class _TTY(io.StringIO):
 def test_progress_ticks_only_on_a_tty():
     tty, pipe = _TTY(), io.StringIO()
     for stream in (tty, pipe):
-        progress = smoke.Progress(stream, interval=0.01)
+        progress = smoke_progress.Progress(stream, interval=0.01)
         progress.start("[1/8] replicas")
         time.sleep(0.1)
         progress.stop()

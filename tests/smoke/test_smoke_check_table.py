@@ -6,8 +6,10 @@ reports and the command's --help and --inject-failure all see it.
 
 import pytest
 
-from compat_distribute import __main__ as cli
-from compat_distribute import smoke
+from compat_distribute.smoke import cli
+from compat_distribute.smoke import targets as smoke_targets
+from compat_distribute.smoke import run as smoke_run
+from compat_distribute.smoke import report as smoke_report
 from compat_distribute.smoke import checks
 from compat_distribute.smoke import table as table_lib
 
@@ -28,23 +30,23 @@ def table_fixture(monkeypatch):
 def test_the_new_check_runs_and_is_reported_after_the_others(table):
     # A target whose strategy is no strategy: every check written before fails
     # at once; the new one reads only the promised replica count.
-    target = smoke.Target(strategy=object(), device="nothing", replicas=4, steps_per_run=1)
-    report = smoke.run_checks(target)
+    target = smoke_targets.Target(strategy=object(), device="nothing", replicas=4, steps_per_run=1)
+    report = smoke_run.run_checks(target)
     assert [r.name for r in report.results] == [c.name for c in table]
     new = report.results[-1]
     assert (new.name, new.ok, new.detail) == ("replica_count_is_even", True, "4 replicas, 2 pairs")
     assert report.as_dict()["checks"][-1]["name"] == "replica_count_is_even"
     width = len("replica_count_is_even")  # the longest name sets the column
-    assert smoke.format_result(new).startswith(f"  PASS  {'replica_count_is_even':<{width}}  ")
-    assert smoke.format_footer(report).startswith("1/9 checks passed, 1 skipped in ")
+    assert smoke_report.format_result(new).startswith(f"  PASS  {'replica_count_is_even':<{width}}  ")
+    assert smoke_report.format_footer(report).startswith("1/9 checks passed, 1 skipped in ")
 
 
 def test_the_command_lists_the_new_check_and_can_fail_it(table):
     parser = cli.build_smoke_parser()
     assert "  replica_count_is_even the replica count is even" in parser.format_help()
     args = parser.parse_args(["--inject-failure", "replica_count_is_even"])
-    target = smoke.Target(strategy=object(), device="nothing", replicas=3, steps_per_run=1)
-    report = smoke.run_checks(target, inject_failure=args.inject_failure)
+    target = smoke_targets.Target(strategy=object(), device="nothing", replicas=3, steps_per_run=1)
+    report = smoke_run.run_checks(target, inject_failure=args.inject_failure)
     assert report.results[-1].detail == (
         "failure injected by --inject-failure "
         "(measured: replicas: expected an even count, got 3)"

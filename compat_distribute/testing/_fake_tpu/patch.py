@@ -3,6 +3,7 @@
 import os
 
 from compat_distribute import _patching
+from compat_distribute import tpu
 from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
 from compat_distribute.testing._fake_tpu import strategy as strategy_lib
@@ -124,9 +125,8 @@ class FakeTPU:
                     strategy_lib.ExperimentalFakeTPUStrategy,
                 ),
             ]
-        routes.append(
-            ("compat.v1.distribute.experimental", "TPUStrategy", strategy_lib.FakeTPUStrategyV1)
-        )
+        # TF1's signature is the shim's; with a fake's resolver it builds the fake.
+        routes.append(("compat.v1.distribute.experimental", "TPUStrategy", tpu.TPUStrategy))
         routes += [
             ("compat.v1." + name, "__init__", init) for name, init in system.SESSION_INITS.items()
         ]

@@ -5,12 +5,12 @@ named at once instead of hanging the step.
 """
 
 import math
-import os
 import sys
 import threading
 
 import tensorflow as tf
 
+from compat_distribute import _env
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import pod_reduce
 from compat_distribute.testing.cluster import host as host_lib
@@ -89,10 +89,7 @@ def for_slice(name, mesh, hosts, device_type):
             f"devices of server processes); got {device_type!r}. Pass hosts=1 for every "
             f"core in this process."
         )
-    try:
-        network = netns.check(os.environ.get(NETWORK_ENV, "auto"))
-    except ValueError as e:
-        raise ValueError(f"${NETWORK_ENV}: {e}") from None
+    network = _env.read(NETWORK_ENV)
     return FakePod(name, hosts, math.prod(mesh) // hosts, network=network)
 
 

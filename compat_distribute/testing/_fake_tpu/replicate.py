@@ -5,13 +5,13 @@ docs/design.md says what runs once, what runs per replica, and when.
 """
 
 import contextlib
-import os
 import threading
 import warnings
 import weakref
 
 import tensorflow as tf
 
+from compat_distribute import _env
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import extended as extended_lib
 
@@ -37,8 +37,7 @@ def check_mode(mode, source="mode"):
 
 def mode_from_environment():
     """The trace mode `COMPAT_DISTRIBUTE_FAKE_TPU_TRACE` names, or the default when unset."""
-    raw = os.environ.get(ENV, "").strip()
-    return check_mode(raw, f"${ENV}") if raw else DEFAULT_MODE
+    return _env.read(ENV)
 
 
 def set_trace_mode(strategy, mode):

@@ -179,16 +179,6 @@ class ExperimentalFakeTPUStrategy(FakeTPUStrategy):
         super().__init__(tpu_cluster_resolver, experimental_device_assignment=device_assignment)
 
 
-class FakeTPUStrategyV1(FakeTPUStrategy):
-    """`tf.compat.v1.distribute.experimental.TPUStrategy`'s signature on the fake."""
-
-    def __init__(self, tpu_cluster_resolver=None, steps_per_run=None, device_assignment=None):
-        resolver = system.fake_resolver("tpu_cluster_resolver", tpu_cluster_resolver)
-        steps = _validate.steps_per_run(steps_per_run)
-        _validate.device_assignment(device_assignment)
-        self._init(resolver, device_assignment, False, steps_per_run=steps)
-
-
 def build(resolver, *, steps_per_run, device_assignment, spmd_xla_partitioning):
     """The fake's `compat_distribute.tpu.TPUBackend`: a `FakeTPUStrategy` of `resolver`.
 

@@ -70,7 +70,6 @@ from compat_distribute.testing.cluster.hooks import LaunchHooks
 from compat_distribute.testing.cluster.lifecycle import LocalCluster
 from compat_distribute.testing.cluster.lifecycle import local_cluster
 from compat_distribute.testing.cluster.ports import PortPicker
-from compat_distribute.testing.cluster.ports import pick_unused_port
 from compat_distribute.testing.cluster.task import TaskSpec
 
 __all__ = [
@@ -85,6 +84,5 @@ __all__ = [
     "current_task",
     "local_cluster",
     "parse_tf_config",
-    "pick_unused_port",
     "worker_strategy",
 ]

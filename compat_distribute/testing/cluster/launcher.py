@@ -32,6 +32,7 @@ import time
 import weakref
 from multiprocessing import connection as mp_connection
 
+from compat_distribute import _env
 from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import context
 from compat_distribute.testing.cluster import netns
@@ -226,14 +227,7 @@ class Launcher:
 
 def zygote_wanted(environ=None) -> bool:
     """Whether launches may fork their tasks from a zygote ($COMPAT_DISTRIBUTE_ZYGOTE)."""
-    value = (os.environ if environ is None else environ).get(ZYGOTE_ENV_VAR, "1")
-    if value not in ("0", "1"):
-        raise ValueError(
-            f"{ZYGOTE_ENV_VAR} must be 1 (fork a launch's tasks from one process that "
-            f"imported TensorFlow) or 0 (start each task as a fresh process); got {value!r}. "
-            f"Set it to 0 or 1, or unset it for 1."
-        )
-    return value == "1" and hasattr(os, "pidfd_open")
+    return _env.read(ZYGOTE_ENV_VAR, environ) and hasattr(os, "pidfd_open")
 
 
 def start_zygote(mains, *, env, workdir, network, hooks, start_timeout):

@@ -5,7 +5,7 @@ import threading
 
 from compat_distribute.testing.cluster.errors import ClusterError
 
-# Public: PortPicker and pick_unused_port; the rest is internal.
+# The harness's own (not public: docs/design.md says which names are).
 __all__ = ["PortPicker", "pick_unused_port"]
 
 # A port taken between picking and binding is retried this many times.

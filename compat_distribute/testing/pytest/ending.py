@@ -1,21 +1,16 @@
 """Ends the process once a session that used TensorFlow is over.
 
 TensorFlow 2.21 can block for minutes at exit (see `compat_distribute._exit`).
+`COMPAT_DISTRIBUTE_END_PROCESS=0` leaves every process to Python's own exit.
 """
 
 import sys
 
-from _pytest import config as pytest_config
-
+from compat_distribute import _env
 from compat_distribute import _exit
+from compat_distribute.testing.pytest import _internals
 
-# pytest's command-line entry points: `pytest` and `python -m pytest` call one
-# (`console_main` up to pytest 9.0, `_console_main` since 9.1).
-_COMMAND_ENTRIES = tuple(
-    getattr(pytest_config, name).__code__
-    for name in ("console_main", "_console_main")
-    if hasattr(pytest_config, name)
-)
+_COMMAND_ENTRIES = _internals.command_entry_codes()
 
 
 def _is_the_commands_session(config):
@@ -37,7 +32,11 @@ def owns_its_process(config):
     return hasattr(config, "workerinput") or _is_the_commands_session(config)
 
 
+SWITCH = "COMPAT_DISTRIBUTE_END_PROCESS"
+
+
 def end_if_done(config, status):
-    """Ends the process with `status` when TensorFlow was imported and the session owns it."""
-    if "tensorflow" in sys.modules and owns_its_process(config):
+    """Ends the process with `status` when TensorFlow was imported, the session owns
+    it, and `$COMPAT_DISTRIBUTE_END_PROCESS` is not 0."""
+    if "tensorflow" in sys.modules and _env.read(SWITCH) and owns_its_process(config):
         _exit.end_process(int(status))

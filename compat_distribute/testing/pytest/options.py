@@ -10,17 +10,15 @@ import math
 import os
 from typing import Any, Callable
 
+from compat_distribute import _env
 from compat_distribute.testing import devices
 
 TPU_KEYWORDS = ("fake", "auto")
 DEFAULT_SOURCE = "the default"
 XLA_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 
-
-class SettingError(ValueError):
-    """A setting's value is invalid; the message names the option and its source."""
+# One error type for every setting, its variable's or its option's.
+SettingError = _env.SettingError
 
 
 class _Invalid(ValueError):
@@ -33,13 +31,10 @@ class _Invalid(ValueError):
 
 def _count(raw, most):
     """The positive int `raw` says; None when it is above `most`."""
-    digits = raw.strip().lstrip("0") if isinstance(raw, str) else ""
-    if not (digits.isascii() and digits.isdigit()):
-        raise _Invalid("expected a positive integer")
-    # Count the digits first: a huge count is refused without converting it.
-    if len(digits) > len(str(most)) or int(digits) > most:
-        return None
-    return int(digits)
+    try:
+        return _env.count(raw, most)
+    except ValueError:
+        raise _Invalid("expected a positive integer") from None
 
 
 def _device_count(raw):
@@ -94,13 +89,10 @@ def _topology(raw):
 
 
 def _bool(raw):
-    if raw is True or raw is False:
-        return raw
-    if raw.lower() in _TRUE:
-        return True
-    if raw.lower() in _FALSE:
-        return False
-    raise ValueError(f"expected one of {', '.join(_TRUE + _FALSE)}")
+    try:
+        return _env.Boolean()(raw)
+    except ValueError as e:
+        raise ValueError(f"expected {e}") from None
 
 
 def _xla_flags_device_count(env):
@@ -230,6 +222,11 @@ OPTIONS = (
         off_flag="--no-fake-tpu-strict",
     ),
 )
+
+
+def parse(name, raw):
+    """Option `name`'s value for the text `raw` (what `_env` reads its variable with)."""
+    return _option(name).parse(raw)
 
 
 def _option(name):

@@ -43,7 +43,7 @@ _ORPHAN_EXIT_CODE = 70
 _START_S = 120.0
 _ANSWER_S = 30.0
 # The command of the warm interpreter: a plain `python -c`, as a program is.
-_SERVE = ("import sys; sys.path.insert(0, {tests!r}); import forkrun; "
+_SERVE = ("import sys; sys.path.insert(0, {tests!r}); from support import forkrun; "
           "forkrun._serve({fd}, {parent}, {imports!r})")
 
 
@@ -71,7 +71,7 @@ class WarmPython:
         """Starts it with environment `env`; it imports TensorFlow and `imports`."""
         self.env = dict(env)
         parent_end, child_end = socket.socketpair()
-        code = _SERVE.format(tests=os.path.dirname(os.path.abspath(__file__)),
+        code = _SERVE.format(tests=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              fd=child_end.fileno(), parent=os.getpid(), imports=list(imports))
         # Its own output (TensorFlow's import logs), read back when it fails.
         self._log = tempfile.TemporaryFile()
@@ -191,7 +191,7 @@ def _serve(fd, parent, imports):
     from compat_distribute.testing.cluster import zygote  # pylint: disable=g-import-not-at-top
 
     bootstrap._tie_to_parent(parent, True)  # pylint: disable=protected-access
-    sys.path.pop(0)  # This folder: a program's sys.path is a fresh `python -c`'s.
+    sys.path.pop(0)  # tests/: a program's sys.path is a fresh `python -c`'s.
     before = dict(os.environ)
     try:
         import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
