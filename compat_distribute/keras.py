@@ -405,7 +405,7 @@ _NO_KEYS = object()
 def _collective_keys_of(strategy, default=_NO_KEYS):
     from compat_distribute import _tf
 
-    _validate.strategy(strategy, hint="Pass the strategy whose collectives to fix, or None.")
+    _validate.strategy(strategy, hint="Pass the strategy to fix, or None for every strategy.")
     if isinstance(strategy.extended, _tf.MirroredExtended):
         return _tf.collective_keys(strategy.extended)
     if default is not _NO_KEYS:

@@ -87,8 +87,16 @@ def recognise():
         _started[module_name, name] = _patching.Patch([(module, name, patched)]).start()
 
 
+_fixes = weakref.WeakKeyDictionary()  # fake strategy -> its started MultiStepFix
+
+
 def attach(strategy):
     """Keras as on a TPU for the new fake `strategy`, for as long as it lives."""
     recognise()
-    fix = cd_keras.multi_step_fix(strategy).start()
+    fix = _fixes[strategy] = cd_keras.multi_step_fix(strategy).start()
     weakref.finalize(strategy, fix.stop)
+
+
+def multi_step_fix_of(strategy):
+    """The `MultiStepFix` that fake `strategy` started for itself."""
+    return _fixes[strategy]
