@@ -128,7 +128,7 @@ POD_PLACEMENTS = [
 
 @pytest.mark.parametrize("where", POD_PLACEMENTS)
 def test_tf_keras_on_a_v3_32_reports_one_devices_values(run_program, where):
-    # One pod a process: a second fake after a pod cannot reconnect (see docs/keras.md).
+    # A pod a process: connecting to it binds the process to its cluster.
     got = reports(run_program, LEGACY_KERAS, "one-device", where, timeout=600)
     assert got[where]["replicas"] == 32
     assert_reports_as_one_device(got[where], got["one-device"])
