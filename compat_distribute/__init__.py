@@ -1,27 +1,7 @@
 """compat_distribute: TF1 distribution-strategy code on real TF2 `tf.distribute`.
 
-Importing this package imports no TensorFlow and starts no runtime: devices and
-collective ops can still be configured afterwards. Each public name below is
-imported from its module on first use.
-
-Public names:
-  TPUStrategy, MultiWorkerMirroredStrategy, CollectiveCommunication
-      TF1's strategy classes with their V1 signatures and members, on TF2.
-  install(), uninstall(), installed(), is_installed()
-      Route TensorFlow's historical names (and `tf.contrib`'s distribution
-      names) to the shims, so unmodified TF1 code picks them up.
-
-Public modules:
-  compat_distribute.keras
-      TF1's `steps_per_run` as Keras' `steps_per_execution`
-      (`steps_per_execution`, `keras_compile_kwargs`), the fix that lets Keras 3
-      run several steps per execution on 2+ replicas (`multi_step_fix`), and
-      which Keras `tf.keras` is (`tf_keras_version`).
-  compat_distribute.checkpoint
-      Where each worker writes its checkpoints under a multi-worker strategy
-      (`checkpoint_dir`, `checkpoint_dir_for`, `is_chief`).
-  compat_distribute.testing
-      The test harness: fake TPUs, local multi-worker clusters, the XLA check.
+Public names load on first use, so importing the package imports no TensorFlow
+and starts no runtime: devices can still be configured afterwards.
 """
 
 import importlib.metadata

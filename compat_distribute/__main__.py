@@ -31,6 +31,7 @@ DEFAULT_TIMEOUT_S = 300
 MAX_TIMEOUT_S = 86_400
 VERBOSE_FLAGS = ("--verbose", "-v")
 COMMANDS = ("smoke",)
+TOP_LEVEL_OPTIONS = ("-h", "--help", "--version")  # build_parser's, before COMMAND
 
 # The targets of this process's runs. Their input iterators are destroyed by
 # ending the process, not before: in TensorFlow 2.21 destroying one can wait
@@ -179,10 +180,25 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     # The first word that is not an option is the command; what follows is its own.
     split = next((i for i, word in enumerate(argv) if not word.startswith("-")), len(argv))
-    build_parser().parse_args(argv[: split + 1])
+    parser = build_parser()
+    unknown = [w for w in argv[:split] if w not in TOP_LEVEL_OPTIONS]
+    if unknown:  # argparse would ask for COMMAND first, not naming the flag
+        parser.error(
+            f"unrecognized arguments: {' '.join(unknown)}. Before COMMAND come only "
+            f"{', '.join(TOP_LEVEL_OPTIONS)}; a command's options follow it (see "
+            f"'{PROG} smoke --help')."
+        )
+    parser.parse_args(argv[: split + 1])
     smoke_parser = build_smoke_parser()
     args = smoke_parser.parse_args(argv[split + 1 :])
     _check_fake_options(args, smoke_parser)
+    from compat_distribute.smoke import environment  # pylint: disable=g-import-not-at-top
+
+    try:  # Before TensorFlow: a bad value is one line, exit 2.
+        environment.check_all(os.environ)
+    except ValueError as e:
+        _say(f"{PROG} smoke: error: {e}", sys.stderr)
+        return 2
     return _smoke(args)
 
 

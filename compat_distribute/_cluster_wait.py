@@ -1,24 +1,7 @@
 """While `MultiWorkerMirroredStrategy()` waits for its cluster: a warning, a deadline (internal).
 
-TensorFlow 2.21 builds a multi-worker strategy only once every chief and
-worker task of the cluster has connected to the coordination service of the
-first of them. It waits up to an hour for that (the service's device
-propagation barrier) and says so only in INFO logs. No option of TF 2.21
-shortens that wait: `CommunicationOptions(timeout_seconds=...)` bounds
-collectives once the cluster is up, and the coordination service's register
-timeout does not cover this barrier (both tried on TF 2.21: each still waited).
-
-TensorFlow holds the interpreter (the GIL) while it waits, so no thread of the
-process can speak, nor can Ctrl-C (SIGINT) end it: a small watcher process
-does, started by `watching` and ended when the strategy is built. It imports
-this package from the folder the process imported it from, and runs in a
-session of its own, so a Ctrl-C at the terminal does not end it and its
-deadline. After
-`WARN_AFTER_S` it writes a warning to stderr naming each task whose address
-accepts no connection yet (a task that has not started), and how to set a
-deadline: `$COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT` seconds, after which it
-writes why and kills the process (SIGKILL: nothing gentler reaches it while
-TensorFlow waits). Imports no TensorFlow.
+TensorFlow waits up to an hour, holding the GIL, for tasks that never start; a
+watcher process names them and enforces $COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT.
 """
 
 import contextlib

@@ -1,14 +1,6 @@
-"""`tf.contrib` under `install()`: the TF 1.12-1.15 distribution names, as data.
+"""`tf.contrib` under `install()`: the TF 1.12-1.15 distribution names, as data (`ROUTES`).
 
-TF1 TPU code wrote `tf.contrib.distribute.TPUStrategy(resolver, steps_per_run=N)`,
-`tf.contrib.distribute.initialize_tpu_system(resolver)` and
-`tf.contrib.cluster_resolver.TPUClusterResolver(...)`. TensorFlow 2 has no
-`tf.contrib`; `install()` adds one holding the rows of `ROUTES` (also as
-`tf.compat.v1.contrib`, and importable: `from tensorflow.contrib import
-distribute`), and `uninstall()` removes it. Each name is looked up again at every access, so
-inside `fake_tpu()` the resolver and `initialize_tpu_system` are the fake's.
-Every other name raises `AttributeError` saying what is available and where
-TensorFlow 2 moved it (`GONE`, `MOVED`).
+TF1 TPU code reached its strategy and resolver through `tf.contrib`, which TF2 lacks.
 """
 
 import dataclasses

@@ -1,14 +1,7 @@
 """Ending a process that used TensorFlow, without waiting on its teardown.
 
-TensorFlow 2.21 can block for minutes at interpreter exit while it destroys
-tf.data iterators: each one joins its autotuning thread, which sleeps out its
-optimisation period (up to a minute) instead of waking when cancelled (seen in
-`UnboundedThreadPool::LogicalThreadWrapper`'s destructor). A command whose
-report is out, or a test session whose results are in, therefore ends the
-process itself. It runs the `atexit` handlers first, so that what they clean
-up (AutoGraph's `__autograph_generated_file*.py` in the temp dir, pending
-asynchronous checkpoints, TPU work in flight) is cleaned up; only the
-interpreter's final garbage collection is skipped.
+TensorFlow 2.21 can block for minutes at exit destroying tf.data iterators: the
+`atexit` handlers run, then the process ends.
 """
 
 import atexit

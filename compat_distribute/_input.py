@@ -1,22 +1,7 @@
 """Distributed input with no tf.data autotuning thread to join.
 
-A tf.data iterator whose dataset autotunes runs an optimisation thread, and
-destroying the iterator joins it. On TensorFlow 2.21 that thread often sleeps
-out its optimisation period (10 ms doubling up to 60 s) instead of waking when
-the iterator cancels it, so the destroying thread blocks for as long. A
-distributed dataset has many such iterators: the source pipeline of each input
-worker, and one prefetching pipeline per replica device built by
-`MultiDeviceIterator`. Their waits add up, one after the other, when a TF1
-`Session` closes, Keras `fit` returns, an epoch's iterator goes out of scope or
-the process exits: 30-130 s after 10 s of feeding 8 replicas, on a loaded box.
-
-So the strategies distribute datasets with `tf.data.Options().autotune.enabled
-= False`, unless the program set `autotune.enabled` itself, and every
-per-device pipeline runs without autotuning (it has nothing to tune: a
-generator and a fixed-size prefetch). Values and their order do not change;
-`num_parallel_calls=tf.data.AUTOTUNE` then runs at tf.data's default
-parallelism (the schedulable cores, at most 16) and `prefetch(AUTOTUNE)`
-keeps its own buffer tuning.
+Destroying an autotuned iterator can block for up to a minute on TensorFlow 2.21,
+and a distributed dataset has one per input host and replica device.
 """
 
 import functools

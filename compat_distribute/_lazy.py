@@ -1,10 +1,6 @@
 """Names imported on first use: public faces, and the adapters to TensorFlow internals.
 
-`import compat_distribute` must stay cheap: pytest imports the package for its
-plugin entry point in every run, with or without TensorFlow work to do, and
-importing TensorFlow costs seconds. Each package lists its public names per
-module; a name's module is imported when the name is first looked up. The
-adapters (`_tf.py`) list TensorFlow internals the same way, as strings.
+pytest imports the package for its plugin in every run; TensorFlow costs seconds.
 """
 
 import importlib

@@ -1,21 +1,7 @@
 """The V1 member table: what TF1 code may call on a strategy, and how TF2 serves it.
 
-Every public member of TF1's `tf.compat.v1.distribute.experimental.TPUStrategy`,
-`...MultiWorkerMirroredStrategy` and `tf.distribute.StrategyExtended` (the v1 API
-goldens) has one row here, in one of three kinds:
-
-* `WORKS`: behaves as in TF1. `impl` is None when TF2 still provides the member
-  unchanged, else the function that restores the V1 behaviour.
-* `RENAMED`: served under the old name; each access warns
-  `<old> is deprecated; use <new> ...` with a `DeprecationWarning` pointing at
-  the caller's line, and returns the new member.
-* `GONE`: TF2 has no equivalent; access raises `AttributeError` saying what to do.
-
-`serve(cls, shim, scope)` installs the rows on a shim class as descriptors.
-Descriptors rather than a class `__getattr__`, because several V1 names still
-exist on the TF2 base classes (`reduce`, `unwrap`, `configure`) and must be
-shadowed, and because descriptors cost nothing on the hot path.
-docs/migration.md's member table is generated from `TABLE` (see `migration_table`).
+One row a member (works, renamed or gone), served as descriptors; docs/migration.md's
+member table is generated from it.
 """
 
 import dataclasses
@@ -80,15 +66,64 @@ def _reduce(self, reduce_op, value, axis=None):
     _validate.reduce_op(reduce_op)
     if axis is None and not isinstance(value, (list, tuple, dict)):
         # The common call, a single value: no per-leaf work.
+        _check_same_shapes(value)
         return _tf.StrategyBase.reduce(self, reduce_op, value, None)
 
     import tensorflow as tf
 
     def reduce_one(leaf):
-        leaf_axis = None if _rank(leaf) == 0 else axis
+        rank = _rank(leaf)
+        leaf_axis = None if rank == 0 else axis
+        _check_axis(leaf_axis, rank)
+        if leaf_axis is None:
+            _check_same_shapes(leaf)
         return _tf.StrategyBase.reduce(self, reduce_op, leaf, leaf_axis)
 
     return tf.nest.map_structure(reduce_one, value)
+
+
+def _check_axis(axis, rank):
+    """An axis past a value's rank fails with TensorFlow's text, first even inside a
+    traced step (where TF's own error comes after AutoGraph's frames)."""
+    if axis is None or rank is None or not isinstance(axis, int) or -rank <= axis < rank:
+        return
+    raise _validate.leading(ValueError(
+        f"reduce: axis={axis} is out of range for a value of rank {rank}: Invalid reduction "
+        f"dimension {axis} for input with {rank} dimensions. Pass an axis from {-rank} to "
+        f"{rank - 1} to also reduce each replica's value along it, or axis=None to reduce "
+        f"across replicas only."
+    ))
+
+
+def _check_same_shapes(value):
+    """Replicas' values of different static shapes fail with why (TensorFlow's AddN
+    says only that its inputs differ): most often a global batch smaller than the
+    replica count, which leaves some replicas no examples (Keras 3's fit reduces
+    its first batch so)."""
+    values = getattr(value, "values", None)
+    shapes = [getattr(v, "shape", None) for v in values] if isinstance(values, tuple) else []
+    if len(shapes) < 2 or not all(s is not None and s.is_fully_defined() for s in shapes):
+        return
+    shapes = [s.as_list() for s in shapes]
+    if all(s == shapes[0] for s in shapes):
+        return
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    other = next(i for i, s in enumerate(shapes) if s != shapes[0])
+    text = (
+        f"reduce: the replicas' values differ in shape ({shapes[0]} on replica 0, "
+        f"{shapes[other]} on replica {other}), and a reduction across replicas adds them "
+        f"up element by element."
+    )
+    if all(len(s) == len(shapes[0]) and s[1:] == shapes[0][1:] for s in shapes):
+        batch = sum(s[0] for s in shapes)
+        text += (
+            f" A batch of {batch} examples split over {len(shapes)} replicas gives some "
+            f"replicas fewer (or none): make the global batch size a multiple of the "
+            f"{len(shapes)} replicas (e.g. batch_size={len(shapes) * max(1, -(-batch // len(shapes)))}"
+            f" in Keras' fit), or batch the dataset with drop_remainder=True."
+        )
+    raise tf.errors.InvalidArgumentError(None, None, text)
 
 
 def _rank(value):

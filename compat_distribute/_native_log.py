@@ -1,11 +1,6 @@
 """Holding back TensorFlow's native log lines from a command's stderr.
 
-TensorFlow's C++ runtime writes to file descriptor 2 directly, and some of its
-lines (oneDNN, CUDA stubs, cuInit) come before its log level is read, so
-TF_CPP_MIN_LOG_LEVEL cannot silence them. `hold_back()` points descriptor 2 at
-a pipe read by a thread that keeps the last lines, and gives Python's
-`sys.stderr` a copy of the real stderr: the command's own messages still reach
-the user, and the held lines can be shown when something fails.
+Some come before TF_CPP_MIN_LOG_LEVEL is read; they are shown when a run fails.
 """
 
 import collections

@@ -1,13 +1,7 @@
 """Replacing names in TensorFlow and Keras, and putting their own objects back.
 
-The one place that writes into other libraries' modules and classes:
-`install()` routes the TF1 strategy names through it (and adds `tf.contrib`),
-the fake TPU its TPU entry points, and `compat_distribute.keras` its fixes to
-TensorFlow and Keras methods. Each name has a stack: a started `Patch` pushes
-its value, the name shows the top of the stack, and a stopped one removes its
-own entry wherever it sits. So patches of the same name may start and stop in
-any order, and the original object is back once the last one stops (a name
-that did not exist is deleted again).
+The one place that writes into other libraries: a stack per name, so patches of
+one name start and stop in any order.
 """
 
 import dataclasses
@@ -37,7 +31,12 @@ class _Stack:
 
     def show_top(self):
         if not self.entries:
-            if self.own is _ABSENT:  # inherited, or no such name: as it was
+            if self.own is _ABSENT and self.name == "__new__" and isinstance(self.owner, type):
+                # Deleted, a patched __new__ leaves the class's slot pointing at the
+                # lookup of __new__ (CPython's update_one_slot), and object.__new__
+                # then refuses the class's arguments: one that passes them on stays.
+                setattr(self.owner, self.name, _neutral_new(self.owner))
+            elif self.own is _ABSENT:  # inherited, or no such name: as it was
                 delattr(self.owner, self.name)
             else:
                 setattr(self.owner, self.name, self.own)
@@ -60,19 +59,66 @@ def _own(owner, name):
     # A class's own entry, unwrapped (a staticmethod stays one); an inherited
     # method is not the class's own, and is inherited again after the last stop.
     if isinstance(owner, type):
-        return vars(owner).get(name, _ABSENT)
+        own = vars(owner).get(name, _ABSENT)
+        return _ABSENT if getattr(own, "neutral", False) else own
     return getattr(owner, name, _ABSENT)
+
+
+def _neutral_new(cls):
+    """The `__new__` a class keeps once its patched one is gone (see `_Stack`):
+    builds the class as before; counts as none of its own."""
+    new = forwarding_new(cls, lambda *a, **k: None)
+    new.neutral = True
+    return new
 
 
 def original(where, name):
     """What `where.name` is with no patch started: the library's own object."""
     owner = _owner(where)
     with _LOCK:
-        stack = _STACKS.get((id(owner), name))
-    value = getattr(owner, name) if stack is None else stack.original
+        value = _original(owner, name)
     if value is _ABSENT:
         raise AttributeError(f"{owner!r} has no attribute {name!r} of its own")
     return value
+
+
+def _original(owner, name):
+    stack = _STACKS.get((id(owner), name))
+    return getattr(owner, name, _ABSENT) if stack is None else stack.original
+
+
+def forwarding_new(cls, target):
+    """A `__new__` for `cls` (to patch in): `cls(*args, **kwargs)` builds
+    `target(*args, **kwargs)(*args, **kwargs)` instead, where `target` names a
+    class or factory for those arguments (None: `cls` builds as before). Its
+    subclasses build as before."""
+
+    def __new__(klass, *args, **kwargs):
+        if klass is cls:
+            other = target(*args, **kwargs)
+            if other is not None and other is not cls:
+                return other(*args, **kwargs)
+        following = super(cls, klass).__new__
+        if following is object.__new__:  # takes no arguments but the class
+            return following(klass)
+        return following(klass, *args, **kwargs)
+
+    return __new__
+
+
+def _forwarding(owner, name, value):
+    """The route that makes the library's own class at `owner.name`, which the
+    route `(owner, name, value)` replaces, build what `owner.name` shows at the
+    time: for code that bound the class before the patch started."""
+    replaced = _original(owner, name)
+    if not isinstance(replaced, type):
+        return None
+    patched = _STACKS.get((id(replaced), "__new__"))
+    if (_own(replaced, "__new__") if patched is None else patched.own) is not _ABSENT:
+        return None  # A class with a __new__ of its own: not forwarded.
+    if isinstance(value, type) and issubclass(value, replaced):
+        return None  # Python would run __init__ on what it builds a second time.
+    return (replaced, "__new__", forwarding_new(replaced, lambda *a, **k: getattr(owner, name)))
 
 
 def values(where, name):
@@ -92,11 +138,16 @@ class Patch:
     paths to one module) count once. A name shows the value of the started
     patch with the highest `precedence`, the newest among equals, whatever the
     order of starts and stops. Also a context manager.
+
+    `forward_bound=True`: a class a route replaces, where code bound it before
+    the start (`from tensorflow... import TPUStrategy` above `install()`),
+    builds what its name shows now (`forwarding_new`).
     """
 
-    def __init__(self, routes, *, precedence=0):
+    def __init__(self, routes, *, precedence=0, forward_bound=False):
         self._routes = tuple(routes)
         self.precedence = precedence
+        self._forward_bound = forward_bound
         self._keys = None
 
     @property
@@ -112,6 +163,10 @@ class Patch:
             owner = _owner(where)
             targets.setdefault((id(owner), name), (owner, name, value))
         with _LOCK:
+            if self._forward_bound:
+                forwards = [_forwarding(*target) for target in targets.values()]
+                for owner, name, value in filter(None, forwards):
+                    targets.setdefault((id(owner), name), (owner, name, value))
             for key, (owner, name, value) in targets.items():
                 stack = _STACKS.get(key)
                 if stack is None:

@@ -1,13 +1,7 @@
 """Routes TensorFlow's historical strategy names to the shims, so unmodified code picks them up.
 
-`install()` points every public spelling of the two V1 strategy classes that
-still exists in TensorFlow 2.21 at `compat_distribute.TPUStrategy` and
-`compat_distribute.MultiWorkerMirroredStrategy`, and adds TF1's `tf.contrib`
-distribution names (`_contrib.ROUTES`) as `tf.contrib`, `tf.compat.v1.contrib`
-and the importable modules `tensorflow.contrib(.distribute, .cluster_resolver)`;
-`uninstall()` puts TF's own objects back and removes all of these; `installed()` does both around a block and
-restores the state it found. The spellings, routed or not and why, are data:
-`SPELLINGS` and `_contrib.ROUTES`, from which the migration tables are generated.
+`install()` / `uninstall()` / `installed()`; the spellings are data (`SPELLINGS`),
+from which docs/migration.md's tables are generated.
 """
 
 import contextlib
@@ -105,7 +99,8 @@ def install():
         importlib.import_module("tensorflow.compat.v1")
         # Above fake_tpu()'s routes whatever the order: the shims build the fake's
         # strategies from its resolver, and also take the historical signatures.
-        _patch = _patching.Patch(_routes(), precedence=1).start()
+        # Classes bound before install() build the shims too (forward_bound).
+        _patch = _patching.Patch(_routes(), precedence=1, forward_bound=True).start()
         for name, module in _contrib_modules().items():
             sys.modules.setdefault(name, module)
 

@@ -1,10 +1,6 @@
-"""On-device step loops for TF2, eager or in a TF1 graph.
+"""On-device step loops for TF2, eager or in a TF1 graph (`run_steps`).
 
-TF1 ran `steps_per_run` steps per `session.run` inside a `tf.while_loop`. In
-TF2 the same thing is a `tf.function` whose body loops over `tf.range`, so the
-host returns only after all steps ran. Both entry points here build that
-function once per (strategy, step function) and reuse it: `steps` is passed as
-a tensor, so a different step count does not retrace.
+TF1 ran `steps_per_run` steps per `session.run`; here a `tf.function` loops instead.
 """
 
 import types

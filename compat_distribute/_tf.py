@@ -1,11 +1,7 @@
 """The one adapter to TensorFlow internals used by the core.
 
-Each `tensorflow.python` object the core touches is named once, in `INTERNALS`,
-and imported on first use, so importing this module imports no TensorFlow.
-Protected members of TensorFlow objects are reached only through the functions
-below, and listed in `PROTECTED`. `tests/shims/test_tf_adapters.py` checks every entry
-against the installed TensorFlow: after an upgrade it names what moved.
-Public TensorFlow API (`tf.distribute...`) is used directly, not from here.
+Each internal is named once (`INTERNALS`, `PROTECTED`) and checked against the
+installed TensorFlow, so an upgrade names what moved.
 """
 
 from compat_distribute import _lazy

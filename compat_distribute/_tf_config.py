@@ -1,14 +1,7 @@
 """`TF_CONFIG`, the cluster description TensorFlow reads from the environment.
 
-Parsed and checked here before anything starts, so a typo names the key and
-what is accepted instead of building a one-replica strategy or failing deep in
-TensorFlow. Imports no TensorFlow.
-
-Internal API (the names in `__all__`): the multi-worker shim reads the
-environment with `from_environment`; the test harness builds and checks its
-clusters' `TF_CONFIG` with `TFConfig` and `parse_tf_config`, and
-`compat_distribute.testing` re-exports those two as public names. Changing
-them changes the harness's public API.
+Checked before anything starts, so a typo names the key instead of building a
+one-replica strategy. Imports no TensorFlow.
 """
 
 import dataclasses

@@ -1,15 +1,7 @@
 """Finding and connecting a real TPU: the one place that asks "is there a TPU here?".
 
-`tpu_here()` applies the one "auto" rule: a TPU named by the environment
-(`TPU_NAME`, `KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS`, `TPU_CONFIG`, as
-`TPUClusterResolver()` reads them), else TPU chips attached to this host
-("local"), else none. `connect(name)` resolves, connects and initialises a TPU
-within `timeout` seconds. `require_tpu_for(resolver)` is what `TPUStrategy`
-asks before TensorFlow indexes a device list that has no TPU in it.
-
-Every failure is a `TPUUnreachableError` naming the TPU and what to do. The
-fake TPU lives in `compat_distribute.testing` (the core never imports it);
-`testing._backend` decides between this module's TPU and the fake.
+The "auto" rule, connecting within a deadline, and `TPUUnreachableError` naming
+what to do.
 """
 
 import dataclasses
@@ -38,8 +30,33 @@ class TPUHere:
     why: str
 
 
+# Where TPUClusterResolver() reads a TPU's name, in TensorFlow's order (tpu/client/client.py).
+TPU_ENV_VARS = ("KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", "TPU_NAME", "TPU_CONFIG")
+
+
+def _naming_variable():
+    """(variable, value) of the environment variable that names the TPU, or None."""
+    import os  # pylint: disable=g-import-not-at-top
+
+    return next(((v, os.environ[v]) for v in TPU_ENV_VARS if v in os.environ), None)
+
+
 def _shown(name):
-    return "the TPU named by the environment" if name is None else f"TPU {name!r}"
+    if name is not None:
+        return f"TPU {name!r}"
+    named = _naming_variable()
+    return "the TPU named by the environment" + (f" ({named[0]}={named[1]!r})" if named else "")
+
+
+def _fix(name):
+    """What to do about an unreachable TPU `name` (None: the environment's)."""
+    named = _naming_variable() if name is None else None
+    if named is None:
+        return ""
+    return (
+        f" Set {named[0]} to a reachable TPU (its name, or grpc://host:port), or unset it: "
+        f"then 'auto' takes this host's own TPU, else the local GPUs or the fake."
+    )
 
 
 def _environment_names_a_tpu():
@@ -144,15 +161,18 @@ def _within(timeout, fn, name, what):
         frame = sys._current_frames().get(thread.ident)  # pylint: disable=protected-access
         stack = "".join(traceback.format_stack(frame)) if frame else "(no stack)\n"
         raise TPUUnreachableError(
-            f"{_shown(name)} did not {what} within {timeout:g} s. The call was blocked at:\n{stack}"
+            f"{_shown(name)} did not {what} within {timeout:g} s.{_fix(name)} The call was "
+            f"blocked at:\n{stack}"
         )
     if "error" in outcome:
         e = outcome["error"]
         if isinstance(e, TPUUnreachableError):
             raise e
         first_line = (str(e).strip().splitlines() or [""])[0]
+        fix = _fix(name)
         raise TPUUnreachableError(
             f"{_shown(name)} is not reachable: {type(e).__name__}: {first_line}"
+            + (f".{fix}" if fix else "")
         ) from e
     return outcome.get("result")
 

@@ -1,10 +1,10 @@
 """Argument checks shared by the shims.
 
-Each check runs before any TensorFlow state changes and raises an error that
-names the argument, shows the value received, says what is accepted and what
-to do instead.
+Each raises before TensorFlow state changes, naming the argument, the value,
+what is accepted and what to do.
 """
 
+import functools
 import numbers
 
 # TF1's on-device loops counted steps in an int32 (tpu.training_loop.repeat): no
@@ -249,3 +249,28 @@ def reduce_op(value):
         f"{accepted}; got {value!r}. TensorFlow's reduce_to asserts the same (with no "
         f"message)."
     )
+
+
+def leading(error):
+    """`error`, marked so that a traced step re-raises it with its own text first.
+
+    Inside a `tf.function`, AutoGraph rewrites an error to start with "in user
+    code:" and the frames, its cause last; it leaves alone an error that has
+    `ag_pass_through` (autograph/impl/api.py), as TensorFlow's own staging
+    errors do. `tests/shims/test_members.py` pins it.
+    """
+    error.ag_pass_through = True
+    return error
+
+
+def errors_lead(method):
+    """`method`, its ValueErrors and TypeErrors raised `leading` (see there)."""
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except (ValueError, TypeError) as e:
+            raise leading(e)
+
+    return wrapper

@@ -1,17 +1,7 @@
 """Where each worker of a strategy writes its checkpoints.
 
-Under `MultiWorkerMirroredStrategy` every worker must call `save` (saving may
-run collectives), but only the chief's files are the checkpoint: if all
-workers wrote to one path they would overwrite each other. As the TensorFlow
-multi-worker guide recommends, the others write to a temporary directory that
-is deleted afterwards:
-
-    with checkpoint_dir(strategy, "/ckpts/run1") as directory:
-        manager = tf.train.CheckpointManager(ckpt, directory, max_to_keep=3)
-        manager.save()
-
-On the chief, and under any single-process strategy, the directory is the
-path itself.
+Every worker must `save`, but only the chief's files are the checkpoint: the
+others write to a temporary directory (`checkpoint_dir`).
 """
 
 import contextlib

@@ -1,36 +1,7 @@
 """Keras under the shims: TF1's `steps_per_run` as Keras' `steps_per_execution`.
 
-TF1 code set the number of steps per device loop on the strategy
-(`TPUStrategy(resolver, steps_per_run=N)`); Keras sets it on the model
-(`model.compile(..., steps_per_execution=N)`). `steps_per_execution(strategy,
-model)` maps one to the other, and `keras_compile_kwargs(strategy, model)` gives
-the keyword arguments for `compile`:
-
-    with strategy.scope():
-        model = make_model()
-        model.compile(optimizer="sgd", loss="mse", **keras_compile_kwargs(strategy, model))
-
-Without the helper, `compile` under the scope of a strategy whose
-`extended.steps_per_run` is above 1 (the TPU shim, the fake TPU's V1 strategy)
-takes `steps_per_execution` from it unless the call sets one: building such a
-strategy starts `compile_takes_steps_per_run()`.
-
-The Keras is the one `model` belongs to: Keras 3 (`keras`), or Keras 2.
-`tf_keras_version()` says which one `tf.keras` is: Keras 2 up to TensorFlow
-2.15; from 2.16 Keras 3, or the `tf-keras` package (Keras 2) under
-`TF_USE_LEGACY_KERAS=1`. Advice in messages follows it.
-
-Keras 3 with `steps_per_execution > 1` fails in `fit` with "You must feed a
-value for placeholder tensor ..." (keras-team/keras#19246) on a
-MirroredStrategy-based strategy (MirroredStrategy, MultiWorkerMirroredStrategy,
-the fake TPU) with two or more replicas. The cause is in TensorFlow, not in the
-strategy: `tf.cond` drops call-time captures (see `multi_step_fix`). Keras 2
-runs the same loop without a nested `tf.function` and is not affected. Where
-the bug applies the helper warns and uses 1 (the trained weights are the same,
-only more host round trips are made), raises with `on_unsupported="raise"`, or
-passes N through while `multi_step_fix()` is started.
-
-Keras and TensorFlow are imported by none of this until a function is called.
+Also `multi_step_fix()` for Keras 3's failure with several steps per execution on
+2+ replicas (keras-team/keras#19246). Imports Keras only when called.
 """
 
 import functools
@@ -115,7 +86,10 @@ def tf_keras_version():
 def _keras_2_advice():
     """How to train this model with Keras 2, for the Keras in use."""
     if tf_keras_version() == 3:
-        return "use Keras 2 (pip install compat_distribute[legacy], TF_USE_LEGACY_KERAS=1)"
+        return (
+            "use Keras 2 (tf-keras of your TensorFlow's version, the [legacy] extra, with "
+            "TF_USE_LEGACY_KERAS=1)"
+        )
     major, minor = _tensorflow_version()
     why = (
         f"on TensorFlow {major}.{minor}"

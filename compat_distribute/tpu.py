@@ -1,10 +1,6 @@
 """`TPUStrategy` with TF1's signature, over TF2's `tf.distribute.TPUStrategy`.
 
-The resolver decides the backend (`TPUBackend`): a resolver class that names
-one in `BACKEND_ATTRIBUTE` gets the strategy that backend builds (the fake TPU
-of `compat_distribute.testing` does, on virtual CPU devices); any other TPU
-resolver gets a real `tf.distribute.TPUStrategy`. The core imports no backend:
-it loads the named one on first use.
+The resolver names its backend (`TPUBackend`), so the core never imports the fake.
 """
 
 import typing
@@ -73,9 +69,16 @@ def _check_args(tpu_cluster_resolver, steps_per_run, device_assignment):
         tpu=True,
         is_tpu=is_tpu_resolver(tpu_cluster_resolver),
     )
-    if device_assignment is None and _is_device_assignment(steps_per_run):
+    if _is_device_assignment(steps_per_run):
         # TF 2.0-2.2's tf.distribute.experimental.TPUStrategy(resolver,
         # device_assignment), routed here by install(): its second argument.
+        if device_assignment is not None:
+            raise TypeError(
+                f"TPUStrategy() got multiple values for argument 'device_assignment': a "
+                f"DeviceAssignment second (where TF1 takes steps_per_run, and TF 2.0-2.2 "
+                f"took the assignment) and device_assignment={_validate.show(device_assignment)}"
+                f". Pass it once: TPUStrategy(resolver, steps_per_run=N, device_assignment=...)."
+            )
         steps_per_run, device_assignment = None, steps_per_run
     return (
         _validate.steps_per_run(steps_per_run),

@@ -5,6 +5,7 @@ import importlib
 import importlib.metadata
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -48,3 +49,16 @@ def test_version_is_the_installed_metadata():
 def test_the_package_is_marked_typed_and_ships_the_marker():
     assert os.path.isfile(os.path.join(os.path.dirname(compat_distribute.__file__), "py.typed"))
     assert "compat_distribute = py.typed" in (ROOT / "setup.cfg").read_text()
+
+
+def test_the_readme_installs_from_a_checkout_or_from_a_wheel_of_this_version():
+    readme = (ROOT / "README.md").read_text()
+    install = readme.split("## Install\n", 1)[1].split("\n## ", 1)[0]
+    assert "pip install -e ." in install
+    # The name `pip wheel` gives this version's wheel (tools/wheel_check.py builds it so).
+    wheel = f"dist/compat_distribute-{compat_distribute.__version__}-py3-none-any.whl"
+    assert "python -m pip wheel --no-deps -w dist ." in install
+    assert f'pip install "{wheel}[legacy]"' in install
+    # No index has the package yet: no page may tell users to install it by name.
+    for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        assert not re.search(r"pip install [^\n]*[\s\"']compat_distribute\b(?!-)", page.read_text()), page.name

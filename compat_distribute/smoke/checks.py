@@ -1,12 +1,6 @@
-"""The smoke checks, as a table: each row names a check, its function and what it shows.
+"""The smoke checks, one function a row of `table.CHECKS`.
 
-A check takes the `Target` and a dict it may fill with measurements for the
-report (e.g. steps_per_second), and returns a one-line detail; it raises
-`CheckFailed` naming what it measured when that is not what it expected, and
-`Skip` when the hardware cannot run it. The checks use the V1 surface on
-purpose (`experimental_run_v2`, `reduce` without `axis`,
-`make_dataset_iterator`, `experimental_run_steps_on_iterator`,
-`.steps_per_run`).
+They use the V1 surface on purpose (`experimental_run_v2`, `reduce` without `axis`).
 """
 
 import os

@@ -1,8 +1,6 @@
 """Running the checks: `run_checks(target)` returns a `Report`.
 
-The TF1-style calls the checks make raise deprecation warnings; those (and
-TensorFlow's logged warnings) are caught around each check and reported once,
-not printed.
+The deprecation warnings the TF1-style calls raise are caught and reported once.
 """
 
 import contextlib

@@ -1,8 +1,6 @@
 """The table of smoke checks, run in this order: a new check is one row here.
 
-It imports no TensorFlow, so `compat-distribute smoke --help` and usage errors
-answer at once; a row names its function in `checks` by a path loaded when
-the check runs.
+No TensorFlow, so `--help` and usage errors answer at once.
 """
 
 import dataclasses

@@ -1,9 +1,6 @@
 """What the smoke runs on: a `Target` is a strategy plus what the hardware promises.
 
-The hardware is chosen by `testing._backend` (the one chooser of
-fake | auto | NAME, shared with the pytest plugin and `TestCase`);
-`target(backend, steps_per_run)` builds the strategy on it, and the report
-names it in the chooser's words (`Backend.describe()`).
+The hardware is `testing._backend`'s choice, named in its words.
 """
 
 import dataclasses

@@ -1,23 +1,7 @@
 """The one chooser: which hardware the harness runs on, as one typed `Backend`.
 
-`choose_backend(tpu, ...)` turns a `tpu` setting ("fake", "auto" or a NAME)
-into a `Backend`:
-
-- "fake": the fake TPU (`FakeTPUClusterResolver`); TensorFlow is not touched.
-- a NAME: the real TPU NAME, which must be reachable: it is resolved,
-  connected and initialised within `timeout` seconds. Anything else raises
-  `TPUUnreachableError`; it never falls back to the fake, so a run that asked
-  for a TPU cannot silently land on the CPU.
-- "auto": a real TPU when one is configured here (the rule of
-  `compat_distribute._tpu_discovery.tpu_here`), else (with `gpus=True`, as the
-  smoke command asks) the local GPUs, else the fake. A configured TPU that then
-  fails to connect raises as for a NAME: only the absence of any TPU selects
-  something else. Without a TPU, "auto" starts no TensorFlow runtime.
-
-The pytest plugin, `TestCase` and the smoke command all choose here, and say
-what they chose with `Backend.describe()`. `TPUStrategy` asks `_tpu_discovery`
-directly (the core never imports the harness). A real TPU is connected when it
-is chosen, so its resolver is ready.
+"fake", "auto" or a TPU NAME; a NAME never falls back to the fake. Shared by the
+plugin, `TestCase` and the smoke command.
 """
 
 import dataclasses

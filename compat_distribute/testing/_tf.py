@@ -1,10 +1,6 @@
 """The one adapter to TensorFlow internals used by the test harness.
 
-The harness's counterpart of `compat_distribute._tf`, with the same rules: each
-`tensorflow.python` object is named once in `INTERNALS` and imported on first
-use; protected members are reached only through the functions below and listed
-in `PROTECTED`; `tests/shims/test_tf_adapters.py` checks every entry against the
-installed TensorFlow. Public TensorFlow API is used directly, not from here.
+The counterpart of `compat_distribute._tf`, with the same rules.
 """
 
 import contextlib
@@ -64,6 +60,8 @@ INTERNALS = {
     "async_wait": "tensorflow.python.eager.context:async_wait",
     # The cluster's zygote forks only while no eager context exists (None).
     "context_safe": "tensorflow.python.eager.context:context_safe",
+    # TF's TPU system calls, whatever name reached them (see _fake_tpu.system).
+    "tpu_strategy_util": "tensorflow.python.tpu.tpu_strategy_util",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on

@@ -1,11 +1,7 @@
 """One factor for every deadline the harness gives a child process.
 
-`COMPAT_DISTRIBUTE_TIMEOUT_SCALE` (default 1) multiplies each time limit that
-waits on another process: a cluster's or a pod's start-up, a `run` on a
-cluster, the wait for a task's stack dump, and the time limits of the
-project's own test programs (`tests/conftest.py:run_python`). On a loaded CI
-machine, set it (e.g. 3) instead of raising limits one by one. Grace periods
-that only end processes (SIGTERM, then SIGKILL) are not scaled.
+$COMPAT_DISTRIBUTE_TIMEOUT_SCALE (e.g. 3 on a loaded CI machine) instead of raising
+limits one by one.
 """
 
 import math

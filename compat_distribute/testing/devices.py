@@ -1,8 +1,6 @@
 """The one place that creates virtual (logical) devices, and the one limit on how many.
 
-TensorFlow fixes its logical devices when the runtime starts (the first op,
-device listing or strategy). Virtual devices must therefore be configured
-before that; afterwards the only thing left to do is to check that enough exist.
+TensorFlow fixes its devices when the runtime starts, so they are set before it.
 """
 
 from compat_distribute import _validate

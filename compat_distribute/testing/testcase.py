@@ -1,19 +1,6 @@
 """`TestCase`: `tf.test.TestCase` with the harness's TPU-or-fake strategy.
 
-For absltest / unittest users; the pytest plugin gives pytest users the same
-through fixtures. Settings come from the environment variables of the
-plugin's options (`compat_distribute.testing.pytest.options`, e.g.
-COMPAT_DISTRIBUTE_TPU), else their defaults (the fake TPU's default
-topology on its own hosts, devices left alone). COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS=1
-puts a pod preset's cores (v3-32: 32) in this process:
-
-    class MyTest(compat_distribute.testing.TestCase):
-
-        def test_replicas(self):
-            self.assertEqual(self.tpu_strategy.num_replicas_in_sync, 8)
-
-    if __name__ == "__main__":
-        tf.test.main()
+For absltest / unittest users; settings from the plugin's environment variables.
 """
 
 import os

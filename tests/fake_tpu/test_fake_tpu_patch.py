@@ -57,6 +57,44 @@ def test_fake_tpu_routes_tensorflow_and_restores_it_exactly():
     assert all(after[k] is before[k] for k in before)
 
 
+def test_names_bound_before_fake_tpu_run_on_the_fake():
+    # Bound before the fake started, TensorFlow's own objects: the resolver used to
+    # reach the network (URLError), initialize_tpu_system to fail with a bare
+    # AssertionError, the strategies with "IndexError: index 0 is out of bounds".
+    resolver_class = tf.distribute.cluster_resolver.TPUClusterResolver
+    initialize = tf.tpu.experimental.initialize_tpu_system
+    v2 = tf.distribute.TPUStrategy
+    v1 = tf.compat.v1.distribute.experimental.TPUStrategy
+    with fake_tpu("v4-8"):
+        resolver = resolver_class(tpu="my-tpu")
+        assert isinstance(resolver, FakeTPUClusterResolver)
+        assert initialize(resolver).mesh_shape.tolist() == [2, 2, 1, 1]
+        assert isinstance(v2(resolver), FakeTPUStrategy)
+        assert v2().num_replicas_in_sync == 4  # the fake's default resolver
+        strategy = v1(resolver, steps_per_run=3)
+        assert (strategy.num_replicas_in_sync, strategy.extended.steps_per_run) == (4, 3)
+    assert tf.distribute.cluster_resolver.TPUClusterResolver is resolver_class
+    # TensorFlow's class builds its own again, arguments and all.
+    assert type(resolver_class(tpu="local")) is resolver_class
+
+
+def test_tensorflows_own_tpu_calls_take_a_fake_resolver_outside_fake_tpu():
+    resolver = FakeTPUClusterResolver("v4-8")
+    # docs/fake-tpu.md's call: it used to be a bare AssertionError.
+    topology = tf.tpu.experimental.initialize_tpu_system(resolver)
+    assert topology.mesh_shape.tolist() == [2, 2, 1, 1]
+    assert isinstance(tf.distribute.TPUStrategy(resolver), FakeTPUStrategy)
+    old = tf.distribute.experimental.TPUStrategy(resolver, device_assignment=None)
+    assert old.num_replicas_in_sync == 4
+    v1 = tf.compat.v1.distribute.experimental.TPUStrategy(resolver, steps_per_run=2)
+    assert v1.extended.steps_per_run == 2
+    tf.tpu.experimental.shutdown_tpu_system(resolver)
+    # Any other resolver gets TensorFlow's own call, with its own (bare) error.
+    other = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec({}))
+    with pytest.raises(AssertionError):
+        tf.tpu.experimental.initialize_tpu_system(other)
+
+
 def test_fake_tpu_start_stop_and_nesting():
     outer = fake_tpu("v3-8").start()
     try:

@@ -61,6 +61,11 @@ def test_resolver_takes_any_mesh():
         (dict(mesh_shape=8), "got 8."),
         (dict(topology="v4-8", mesh_shape=(2, 2, 1, 2)), "Pass either topology= or mesh_shape="),
         (dict(device_type="TPU"), "device_type must be one of ('CPU', 'GPU'); got 'TPU'"),
+        (
+            dict(job_name=""),  # was taken, giving master() == ""
+            "job_name must be a non-empty str, the job of the TPU's workers (TensorFlow's "
+            "default 'worker'); got ''. Leave job_name out for 'worker'.",
+        ),
     ],
 )
 def test_bad_resolver_arguments_raise_value_error(kwargs, message):
@@ -216,9 +221,16 @@ def test_a_core_named_twice_is_tfs_invalid_argument_error():
 def test_a_coordinate_off_the_mesh_is_refused_as_on_a_tpu():
     resolver = FakeTPUClusterResolver("v4-8")
     topology = initialize_tpu_system(resolver)
-    # Past the mesh: TF's DeviceAssignment fails to look its task up.
-    with pytest.raises(IndexError, match="index 2 is out of bounds for axis 0 with size 2"):
+    # Past the mesh: TF's DeviceAssignment fails to look its task up, with
+    # IndexError (numpy's bare "index 2 is out of bounds for axis 0 with size 2").
+    with pytest.raises(IndexError) as info:
         tf.tpu.experimental.DeviceAssignment(topology, [[[2, 0, 0, 0]]])
+    assert str(info.value) == (
+        "DeviceAssignment: core_assignment names the device coordinate (2, 0, 0, 0), outside "
+        "of mesh shape (2, 2, 1, 1) (x, y, z, core: each from 0 to its size - 1). Take "
+        "coordinates from topology.device_coordinates, or let tf.tpu.experimental."
+        "DeviceAssignment.build(topology, computation_shape=..., num_replicas=...) choose them."
+    )
     # Negative: the lookup wraps round; the TPU's compiler refuses it.
     negative = tf.tpu.experimental.DeviceAssignment(topology, [[[-1, 0, 0, 0]]])
     with pytest.raises(tf.errors.InvalidArgumentError) as info:

@@ -234,18 +234,31 @@ def test_a_pod_on_one_host_runs_its_replicas_in_the_test_process(pytester):
     result.assert_outcomes(passed=1)
 
 
-def test_tensorflow_started_during_collection_says_to_pass_the_count(pytester):
-    pytester.makepyfile("""
-        import pytest
-        import tensorflow as tf
+_STARTS_TENSORFLOW = """
+    import tensorflow as tf
 
-        ONE = tf.constant(1.0)  # Starts the runtime at import, with 1 CPU.
+    ONE = tf.constant(1.0)  # Starts the runtime at import, with 1 CPU.
+    """
+_NEEDS_FOUR = """
+    import pytest
+    import tensorflow as tf
 
 
-        @pytest.mark.multi_device(4)
-        def test_marked():
-            assert len(tf.config.list_logical_devices("CPU")) >= 4
-        """)
+    @pytest.mark.multi_device(4)
+    def test_marked():
+        assert len(tf.config.list_logical_devices("CPU")) >= 4
+    """
+
+
+# A root conftest.py is imported before pytest_configure: the count advised used to
+# fail there in turn, saying the same.
+@pytest.mark.parametrize("where", ["test module", "root conftest.py"])
+def test_tensorflow_started_during_collection_says_to_pass_the_count(pytester, where):
+    if where == "test module":
+        pytester.makepyfile(_STARTS_TENSORFLOW + _NEEDS_FOUR)
+    else:
+        pytester.makeconftest(_STARTS_TENSORFLOW)
+        pytester.makepyfile(_NEEDS_FOUR)
     stderr = usage_error(pytester.runpytest_subprocess("-p", "no:xdist", timeout=180))
     assert (
         "ERROR: the tests need 4 logical CPU devices (the largest multi_device(n) is 4): "
@@ -254,13 +267,17 @@ def test_tensorflow_started_during_collection_says_to_pass_the_count(pytester):
     ) in stderr
     assert (
         "Here TensorFlow started during collection (a test module or conftest.py ran "
-        f"TensorFlow at import): pass --tf-devices={DEFAULT_CORES}, which creates the devices "
-        "before collection.\n"  # 4 would not hold the fake TPU, should a test use it.
+        f"TensorFlow at import): pass --tf-devices={DEFAULT_CORES} (or set it in the ini file, "
+        f"or COMPAT_DISTRIBUTE_TF_DEVICES={DEFAULT_CORES}), which creates the devices before "
+        "pytest imports any conftest.py or test module.\n"  # 4 would not hold the fake TPU.
     ) in stderr
     args = ("-p", "no:xdist", f"--tf-devices={DEFAULT_CORES}")
     result = pytester.runpytest_subprocess(*args, timeout=180)
     result.assert_outcomes(passed=1)
-
+    if where != "test module":  # The ini key works as early, and under xdist.
+        pytester.makeini(f"[pytest]\ntf_devices = {DEFAULT_CORES}\n")
+        result = pytester.runpytest_subprocess("-n", "2", timeout=180)
+        result.assert_outcomes(passed=1)
 
 
 def test_no_option_leaves_tensorflow_alone(pytester):

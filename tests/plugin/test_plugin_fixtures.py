@@ -40,9 +40,13 @@ def test_a_marker_with_more_than_a_count_fails_its_test(pytester):
         @pytest.mark.multi_worker(devices=2)
         def test_unknown_keyword():
             raise AssertionError("ran")
+
+        @pytest.mark.tpu("x")  # was taken as tpu, the "x" ignored (and skipped on the fake)
+        def test_named():
+            raise AssertionError("ran")
         """)
     result = pytester.runpytest("-p", "no:xdist")
-    result.assert_outcomes(errors=2)
+    result.assert_outcomes(errors=3)
     result.stdout.fnmatch_lines_random([
         "@pytest.mark.multi_device(n) takes one count, n; got multi_device(2, 3) in "
         "test_a_marker_with_more_than_a_count_fails_its_test.py::test_two_counts. Write e.g. "
@@ -50,6 +54,10 @@ def test_a_marker_with_more_than_a_count_fails_its_test(pytester):
         "@pytest.mark.multi_worker(n) takes one count, n; got multi_worker(devices=2) in "
         "test_a_marker_with_more_than_a_count_fails_its_test.py::test_unknown_keyword. Write "
         "e.g. @pytest.mark.multi_worker(2).",
+        "@pytest.mark.tpu takes no arguments; got tpu('x') in "
+        "test_a_marker_with_more_than_a_count_fails_its_test.py::test_named. Write "
+        "@pytest.mark.tpu, and choose the TPU with --tpu (e.g. --tpu=auto, or --tpu=NAME for "
+        "a TPU of that name).",
     ])
 
 

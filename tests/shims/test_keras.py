@@ -407,8 +407,8 @@ def test_helper_warns_and_uses_1_where_keras_3_would_fail(reference, mirrored_4_
         "(keras-team/keras#19246). Using steps_per_execution=1: the same training, one "
         "step per call. To keep steps_per_execution=4, start "
         "compat_distribute.keras.multi_step_fix() before this call and keep it started "
-        "through fit(), or use Keras 2 (pip install compat_distribute[legacy], "
-        "TF_USE_LEGACY_KERAS=1)."
+        "through fit(), or use Keras 2 (tf-keras of your TensorFlow's version, the [legacy] "
+        "extra, with TF_USE_LEGACY_KERAS=1)."
     )
     assert record[0].filename == __file__
     # The warning is true: 4 steps a call fail there, the 1 it gives trains.
@@ -417,6 +417,27 @@ def test_helper_warns_and_uses_1_where_keras_3_would_fail(reference, mirrored_4_
     ):
         train(strategy, steps_per_execution=4)
     assert_matches(train(strategy, 1), reference)
+
+
+@pytest.mark.requires_keras3
+def test_fit_with_fewer_examples_a_batch_than_replicas_says_so():
+    # Keras 3's fit reduces its first batch across replicas: with 4 examples on 8
+    # replicas, 4 replicas get none, and TensorFlow's AddN said only that its
+    # inputs differ.
+    strategy = compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver("v3-8"))
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        model.fit(np.ones((16, 3), "float32"), np.ones((16, 1), "float32"), batch_size=4,
+                  verbose=0)
+    assert info.value.message == (
+        "reduce: the replicas' values differ in shape ([1, 3] on replica 0, [0, 3] on replica "
+        "4), and a reduction across replicas adds them up element by element. A batch of 4 "
+        "examples split over 8 replicas gives some replicas fewer (or none): make the global "
+        "batch size a multiple of the 8 replicas (e.g. batch_size=8 in Keras' fit), or batch "
+        "the dataset with drop_remainder=True."
+    )
 
 
 @pytest.mark.requires_keras3

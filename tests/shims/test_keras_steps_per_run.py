@@ -186,8 +186,8 @@ def test_tf_keras_compile_takes_steps_per_run_in_a_tf1_notebook(run_python):
 @pytest.mark.parametrize(
     "version, legacy, keras_in_use, advice",
     [
-        ((2, 21), None, 3, "or use Keras 2 (pip install compat_distribute[legacy], "
-         "TF_USE_LEGACY_KERAS=1)."),
+        ((2, 21), None, 3, "or use Keras 2 (tf-keras of your TensorFlow's version, the "
+         "[legacy] extra, with TF_USE_LEGACY_KERAS=1)."),
         ((2, 21), "1", 2, "or build the model with tf.keras, which is Keras 2 with "
          "TF_USE_LEGACY_KERAS set."),
         ((2, 15), None, 2, "or build the model with tf.keras, which is Keras 2 on "

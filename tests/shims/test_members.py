@@ -469,6 +469,25 @@ def test_row_claim_holds(strategies, run_python, shim, row, mode):
         assert outcome == "ok", outcome
 
 
+@pytest.mark.parametrize("shim", SHIMS)
+def test_reduce_along_an_axis_past_the_rank_fails_with_its_cause_first(strategies, shim):
+    # Inside a tf.function, TensorFlow's own error came after "in user code:" and
+    # AutoGraph's frames.
+    strategy = strategies[shim]
+
+    @tf.function
+    def step():
+        return strategy.reduce("SUM", strategy.run(lambda: tf.ones([2, 2])), axis=5)
+
+    with pytest.raises(ValueError) as info:
+        step()
+    assert str(info.value) == (
+        "reduce: axis=5 is out of range for a value of rank 2: Invalid reduction dimension 5 "
+        "for input with 2 dimensions. Pass an axis from -2 to 1 to also reduce each replica's "
+        "value along it, or axis=None to reduce across replicas only."
+    )
+
+
 def test_the_table_has_one_row_per_member_scope_and_shim():
     keys = [(r.scope, r.name, b) for r in _members.TABLE for b in r.shims]
     assert len(keys) == len(set(keys))

@@ -75,9 +75,12 @@ def test_a_tpu_named_by_the_environment_is_what_auto_connects(monkeypatch):
     with pytest.raises(_tpu_discovery.TPUUnreachableError) as raised:
         _backend.choose_backend("auto", timeout=5, connect_fn=refuse)
     assert calls == [None]  # the resolver reads the name from the environment
+    # The variable and its value are named, with the fix.
     assert str(raised.value) == (
-        "the TPU named by the environment is not reachable: "
-        "ConnectionRefusedError: nothing listens"
+        "the TPU named by the environment (TPU_NAME='grpc://127.0.0.1:1') is not reachable: "
+        "ConnectionRefusedError: nothing listens. Set TPU_NAME to a reachable TPU (its name, or "
+        "grpc://host:port), or unset it: then 'auto' takes this host's own TPU, else the local "
+        "GPUs or the fake."
     )
 
 

@@ -149,8 +149,30 @@ def test_a_device_assignment_passed_second_is_taken_as_one(tf_init_calls):
     strategy = cd.TPUStrategy(StandInTPUResolver(), assignment)
     assert tf_init_calls[0][1] == {"experimental_device_assignment": assignment}
     assert strategy.extended.steps_per_run == 1
-    with pytest.raises(TypeError, match="steps_per_run must be a positive int; got"):
-        cd.TPUStrategy(StandInTPUResolver(), assignment, assignment)
+    # Passed twice, second and by name: named as such (it used to blame steps_per_run).
+    for again in ({"device_assignment": assignment}, {"device_assignment": "0"}):
+        with pytest.raises(TypeError) as info:
+            cd.TPUStrategy(StandInTPUResolver(), assignment, **again)
+        assert str(info.value) == (
+            "TPUStrategy() got multiple values for argument 'device_assignment': a "
+            "DeviceAssignment second (where TF1 takes steps_per_run, and TF 2.0-2.2 took the "
+            f"assignment) and device_assignment={again['device_assignment']!r} "
+            f"({type(again['device_assignment']).__name__}). Pass it once: "
+            "TPUStrategy(resolver, steps_per_run=N, device_assignment=...)."
+        )
+    assert len(tf_init_calls) == 1
+
+
+def test_tf1s_class_bound_before_install_builds_the_shim(tf_init_calls):
+    # `from tensorflow.compat.v1.distribute.experimental import TPUStrategy` above
+    # install() binds TensorFlow's own class, which install() cannot re-route.
+    bound = tf.compat.v1.distribute.experimental.TPUStrategy
+    with cd.installed():
+        strategy = bound(StandInTPUResolver(), steps_per_run=4)
+    assert isinstance(strategy, cd.TPUStrategy)
+    assert strategy.extended.steps_per_run == 4
+    assert len(tf_init_calls) == 1
+    assert type(bound(StandInTPUResolver(), steps_per_run=4)) is bound  # uninstalled
 
 
 def test_real_backend_experimental_run_sends_a_tf_function_to_run_in_eager_mode(monkeypatch):

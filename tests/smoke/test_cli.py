@@ -8,6 +8,7 @@ default fake TPU with a fresh TMPDIR, and a text run with an injected failure.
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 import compat_distribute
 from compat_distribute import __main__ as cli
 from compat_distribute import smoke
+from compat_distribute.smoke import environment
 from compat_distribute.testing._fake_tpu import topologies
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -131,6 +133,16 @@ def test_bad_arguments_exit_2_naming_the_flag(args, message, capsys):
     [
         ([], "the following arguments are required: COMMAND"),
         (["smok"], "argument COMMAND: invalid choice: 'smok' (choose from 'smoke')"),
+        (  # was "the following arguments are required: COMMAND", the flag unnamed
+            ["--bogus-flag"],
+            "unrecognized arguments: --bogus-flag. Before COMMAND come only -h, --help, "
+            "--version; a command's options follow it (see 'compat-distribute smoke --help').",
+        ),
+        (
+            ["--json", "smoke"],
+            "unrecognized arguments: --json. Before COMMAND come only -h, --help, --version; "
+            "a command's options follow it (see 'compat-distribute smoke --help').",
+        ),
     ],
 )
 def test_bad_command_exits_2(args, message, capsys):
@@ -164,8 +176,14 @@ def test_version(capsys):
     ],
 )
 def test_help_and_usage_errors_answer_before_tensorflow_is_imported(args, code):
-    # In a fresh process, through the console entry point's own function: the
-    # answer comes, and the process ends, with TensorFlow never imported.
+    result = _run_watching_for_tensorflow(args)
+    assert result.returncode == code, result.stderr
+    assert (result.stdout + result.stderr).strip(), "no answer"
+
+
+def _run_watching_for_tensorflow(args, env=None):
+    """Runs the console entry point's own function in a fresh process, asserting
+    that it answers, and ends, with TensorFlow never imported."""
     probe = (
         "import atexit, os, sys\n"
         "atexit.register(lambda: os.write(3, str('tensorflow' in sys.modules).encode()))\n"
@@ -177,16 +195,75 @@ def test_help_and_usage_errors_answer_before_tensorflow_is_imported(args, code):
     result = subprocess.run(
         [sys.executable, "-c", f"import os; os.dup2({write_end}, 3)\n" + probe],
         capture_output=True, text=True, timeout=120, pass_fds=(write_end,),
-        env=dict(os.environ, PYTHONPATH=REPO),
+        env=dict(os.environ, PYTHONPATH=REPO, **(env or {})),
     )
     took = time.monotonic() - start
     os.close(write_end)
     with os.fdopen(read_end) as pipe:
         tensorflow_imported = pipe.read()
-    assert result.returncode == code, result.stderr
     assert tensorflow_imported == "False", (args, tensorflow_imported, result.stderr[-2000:])
-    assert (result.stdout + result.stderr).strip(), "no answer"
     assert took < 60, f"{args} took {took:.1f} s"
+    return result
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        (  # was read only by clusters and pods: a v3-8 run ignored it
+            {"COMPAT_DISTRIBUTE_TIMEOUT_SCALE": "abc"},
+            "COMPAT_DISTRIBUTE_TIMEOUT_SCALE must be a number > 0 and at most 100 (it "
+            "multiplies every deadline given to a child process, e.g. 3 on a loaded machine); "
+            "got 'abc'. Set it to such a number, or unset it for 1.",
+        ),
+        (
+            {"COMPAT_DISTRIBUTE_ZYGOTE": "yes"},
+            "COMPAT_DISTRIBUTE_ZYGOTE must be 1 (fork a launch's tasks from one process that "
+            "imported TensorFlow) or 0 (start each task as a fresh process); got 'yes'. Set it "
+            "to 0 or 1, or unset it for 1.",
+        ),
+        (
+            {"COMPAT_DISTRIBUTE_TF_DEVICES": "0"},
+            "COMPAT_DISTRIBUTE_TF_DEVICES: expected a positive integer, got '0'. Set it to such "
+            "a value, or unset it.",
+        ),
+        (
+            {"COMPAT_DISTRIBUTE_POD_NETWORK": "lan"},
+            "$COMPAT_DISTRIBUTE_POD_NETWORK: network must be one of 'private', 'host', 'auto'; "
+            "got 'lan' (str). 'private' keeps the tasks' servers off the host's interfaces, "
+            "'host' shares this process's network, 'auto' picks private where the platform "
+            "allows it.",
+        ),
+        (
+            {"COMPAT_DISTRIBUTE_TIMEOUT_SCAL": "3"},
+            "COMPAT_DISTRIBUTE_TIMEOUT_SCAL='3' is not a compat_distribute setting. Did you "
+            "mean COMPAT_DISTRIBUTE_TIMEOUT_SCALE? The settings are "
+            + ", ".join(sorted(environment.checks()))
+            + ". Correct the name, or unset it.",
+        ),
+    ],
+)
+def test_a_bad_compat_distribute_variable_is_one_line_and_exit_2_before_tensorflow(
+    env, message
+):
+    result = _run_watching_for_tensorflow(["smoke"], env)
+    assert result.returncode == 2
+    assert result.stderr == f"compat-distribute smoke: error: {message}\n"
+    assert result.stdout == ""
+
+
+def test_the_environment_check_knows_every_variable_by_its_readers_name():
+    from compat_distribute.testing._fake_tpu import pod
+    from compat_distribute.testing._fake_tpu import replicate
+
+    assert {replicate.ENV, pod.NETWORK_ENV} <= set(environment.checks())
+    with pytest.raises(ValueError) as info:
+        environment.check_all({replicate.ENV: "twice"})
+    assert str(info.value) == (
+        "$COMPAT_DISTRIBUTE_FAKE_TPU_TRACE must be one of ('per_replica', 'once'); got "
+        "'twice'. 'once' traces the replica function once, as a TPU does; 'per_replica' "
+        "traces it once per replica, as MirroredStrategy does."
+    )
+    environment.check_all({replicate.ENV: "once", pod.NETWORK_ENV: "host", "OTHER": "x"})
 
 
 def test_smoke_help_lists_every_option_checks_and_topologies(capsys):
@@ -247,6 +324,23 @@ def test_unreachable_tpu_fails_fast_with_reason(capsys):
     assert err == f"compat-distribute smoke: error: {reason}\n"
 
 
+def test_auto_with_a_tpu_name_that_does_not_resolve_names_the_variable(capsys, monkeypatch):
+    for name in ("KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", "TPU_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TPU_NAME", "garbage")
+    code = cli.main(["smoke", "--tpu", "auto", "--timeout", "60"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(
+        "compat-distribute smoke: error: the TPU named by the environment "
+        "(TPU_NAME='garbage') is not reachable: "
+    ), err
+    assert err.endswith(
+        ". Set TPU_NAME to a reachable TPU (its name, or grpc://host:port), or unset it: then "
+        "'auto' takes this host's own TPU, else the local GPUs or the fake.\n"
+    ), err
+
+
 def test_json_run_on_the_fake_tpu_prints_the_report_alone_and_leaves_tmpdir_empty():
     with tempfile.TemporaryDirectory() as tmpdir:
         result = run_cli("smoke", "--json", "--steps-per-run", "2", env={"TMPDIR": tmpdir})
@@ -276,6 +370,22 @@ def test_json_run_on_the_fake_tpu_prints_the_report_alone_and_leaves_tmpdir_empt
     assert "experimental_run_v2 is deprecated; use run (renamed in TensorFlow 2.2)" in (
         report["deprecation_warnings"]
     )
+
+
+# What changes from run to run in a text report: seconds and steps per second.
+_TIMINGS = re.compile(r" *\d+\.\d+s\b|\d+(\.\d+)? steps/s")
+
+
+def _readme_sample():
+    readme = open(os.path.join(REPO, "README.md")).read()
+    return readme.split("```\n$ compat-distribute smoke\n", 1)[1].split("```", 1)[0]
+
+
+def test_a_default_text_run_passes_and_prints_the_readme_sample():
+    result = run_cli("smoke")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    masked = [_TIMINGS.sub("#", line) for line in result.stdout.splitlines()]
+    assert masked == [_TIMINGS.sub("#", line) for line in _readme_sample().splitlines()]
 
 
 def test_text_run_with_injected_failure_shows_the_held_back_log():

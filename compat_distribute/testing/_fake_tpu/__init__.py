@@ -1,13 +1,7 @@
 """A TPU that lives on virtual CPU devices and refuses what a real TPU refuses.
 
-One concept a module: `topologies` (the presets, as data), `resolver` (the
-cluster resolver), `system` (the TPU system calls, the fakes in force),
-`pod` (a multi-host slice's hosts), `extended` and `strategy` (the
-strategy, a MirroredStrategy with the TPU's rules), `variables` (TPU read rules
-for its variables), `patch` (`FakeTPU` / `fake_tpu()`, routing TensorFlow's TPU
-entry points to the fake). The public names are exported by
-`compat_distribute.testing`. The topology names import no TensorFlow, so the
-command line and the pytest plugin read them cheaply; the rest load on first use.
+One concept a module; the topology names import no TensorFlow, the rest load on
+first use.
 """
 
 from compat_distribute import _lazy

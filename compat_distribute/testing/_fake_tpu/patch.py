@@ -61,7 +61,8 @@ class FakeTPU:
         self._owns_pod = True  # False for a pod shared with a resolver (see `of`)
         self._addresses = set()  # "host:port" its resolvers answer as (Cloud-like)
         self._resolver_class = _resolver_class(self)
-        self._patch = _patching.Patch(self._routes())
+        # Classes bound before start() (TF's TPUClusterResolver) build the fake's.
+        self._patch = _patching.Patch(self._routes(), forward_bound=True)
 
     @classmethod
     def of(cls, resolver):
@@ -142,6 +143,7 @@ class FakeTPU:
             self._pod.start()  # Before the patch: a failed start leaves nothing routed.
         self._patch.start()
         system.activate(self)
+        system.take_fake_resolvers()  # names of TF's TPU calls bound before start()
         return self
 
     def stop(self):

@@ -1,16 +1,7 @@
 """`FakePod`: the hosts of a multi-host TPU slice, as local server processes.
 
-A pod's client (this process) drives its hosts over gRPC, as a TPU pod's
-client does: each host is a `tf.distribute.Server` task launched by
-`testing.cluster` (named job "worker", task i, 127.0.0.1 by its clients; it
-boots as "tpu_worker", see `host.BOOT_JOB`), holding that host's cores as CPU
-devices. An eager client connects (`experimental_connect_to_cluster`); a TF1
-graph-mode client runs a session to `master()`. The fake's strategy is a MirroredStrategy over every host's
-cores, host-major, with one input pipeline per host, as TPUStrategy has.
-
-A watchdog thread names a host that dies (or is stopped) as soon as it
-happens; a stopped host is killed, so the step waiting on it fails with
-TensorFlow's UnavailableError, which names its task, instead of hanging.
+This process drives them over gRPC as a pod's client does; a host that dies is
+named at once instead of hanging the step.
 """
 
 import math

@@ -1,14 +1,6 @@
 """`HostFirstReduction`: a fake pod's all-reduce, within each host before across hosts.
 
-A pod step sums every gradient over all cores of all hosts. Reduced on one
-device (`ReductionToOneDevice`), each core's value crosses gRPC to that device
-and the sum crosses back to each core: two transfers per core per tensor. Here
-each host sums its own cores' values where they are, one sum per host crosses
-to the reducing host and one result crosses back to each host, which copies it
-to its cores. The dense tensors of one batch (a step's gradients) are packed
-into one flat tensor per dtype first, so a step costs a few transfers per host
-rather than a few per variable. Sparse values (`IndexedSlices`) take
-`ReductionToOneDevice`'s path.
+A few transfers a host per step, instead of two a core per tensor.
 """
 
 import collections

@@ -1,52 +1,7 @@
 """One trace per step, replicated: the fake TPU's `run` as `tpu.replicate` does it.
 
-A TPU traces the replica function once and the compiler copies the program to
-every core. MirroredStrategy, which the fake is underneath, calls the Python
-function once per replica in a thread per device. With the trace mode "once"
-the fake does what the TPU does:
-
-- the replica function is traced ONCE, in a replica context whose
-  `replica_id_in_sync_group` is a tensor argument of the trace (so
-  `tf.get_static_value` of it is None, as on a TPU); Python side effects in the
-  function run once per trace;
-- the trace is called once per replica, under `tf.device` of the replica's
-  core, with that replica's inputs; the trace reads and writes the first
-  replica's copy of each variable, and each call passes its own replica's
-  copies in place of those captured handles (a variable's trace signature has
-  no device, so one trace serves every replica);
-- the calls sit in one function of their own, where they run side by side
-  (automatic control dependencies would otherwise chain calls that share a
-  resource, and a collective in the first call would wait for the second);
-- cross-replica operations are collective ops over the replicas' devices (from
-  16 replicas on, two rings), keyed by the strategy's own key allocator:
-  `all_reduce`, `all_gather`, `merge_call` with `reduce_to` /
-  `batch_reduce_to` (gradients are packed into one collective per dtype),
-  `update` (each replica updates its own copy, as TPUExtended._update does in a
-  TPU context) and `broadcast_to` (the first replica's value, as on a TPU).
-
-`merge_call` runs its `merge_fn` once per trace in cross-replica context with
-this replica's values, as TPUStrategy's does: `experimental_local_results` of
-an argument has one element, not one per replica.
-
-"once" is the default. The per-replica mode (MirroredStrategy's threads)
-stays for comparison and as a fallback, chosen by
-`COMPAT_DISTRIBUTE_FAKE_TPU_TRACE=per_replica|once` (read when a strategy is
-built) or `set_trace_mode(strategy, mode)`. In "once" mode a step still runs
-per replica:
-
-- in a TF1 graph (a `Session`): MirroredStrategy itself reduces without
-  collectives there, and the legacy graph programs rely on it;
-- on a pod: collectives across the hosts' processes work but cost more CPU
-  than `pod_reduce.HostFirstReduction` (docs/pods.md gives the figures);
-- with a RuntimeWarning, for a plain Python function run eagerly (TPUStrategy
-  refuses it; `extended.call_for_each_replica` may be called so), or when a
-  per-replica value reaches a cross-replica operation inside the trace or a
-  `merge_fn` returns one (the trace holds one value per replica, never N).
-  Python side effects of the abandoned trace have run once by then.
-
-Variables created inside the trace (a Keras optimizer building its slots on
-the first step) make `tf.function` trace the step twice, as it does for any
-function creating variables; build the optimizer first for one trace.
+A TPU traces the replica function once; MirroredStrategy calls it once a replica.
+docs/design.md says what runs once, what runs per replica, and when.
 """
 
 import contextlib

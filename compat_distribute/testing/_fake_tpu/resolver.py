@@ -1,9 +1,6 @@
-"""The fake TPU's cluster resolver.
+"""The fake TPU's cluster resolver, answering like `TPUClusterResolver(tpu="local")`.
 
-`FakeTPUClusterResolver` answers like `TPUClusterResolver(tpu="local")` on the
-host of a one-host slice, and names its strategy's builder as
-`compat_distribute.TPUStrategy`'s backend. The TPU system calls and the fakes
-in force are `system`'s.
+It names the fake's strategy builder as `compat_distribute.TPUStrategy`'s backend.
 """
 
 import numpy as np
@@ -70,6 +67,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         self._topology_name, self._mesh_shape = check_config(
             topology, mesh_shape, strict, device_type
         )
+        _check_job_name(job_name)
         self._num_hosts = topologies.host_count(self._topology_name, hosts)
         pod = pod_lib.for_slice(self._topology_name, self._mesh_shape, self._num_hosts, device_type)
         self._address = _check_address(address, pod)
@@ -83,6 +81,9 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
             self.pod = pod_lib.shared(self._topology_name) or pod
             self._core_devices = self.pod.core_devices
         self._tpu = f"fake-{self._topology_name}"  # TF's initialize_tpu_system keys on this.
+        from compat_distribute.testing._fake_tpu import system  # pylint: disable=g-import-not-at-top
+
+        system.take_fake_resolvers()  # TensorFlow's own TPU calls take this resolver too
         self.task_type = job_name
         self.task_id = 0
         self._tpu_topology = None  # The serialized proto, once initialized (as in TF).
@@ -218,7 +219,7 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
     def tpu_topology(self):
         """The `tf.tpu.experimental.Topology` of this slice (one task, all cores)."""
         if self._topology is None:
-            self._topology = tf.tpu.experimental.Topology(
+            self._topology = _Topology(
                 mesh_shape=list(self._mesh_shape),
                 device_coordinates=topologies.device_coordinates(
                     self._mesh_shape, self._num_hosts
@@ -262,6 +263,15 @@ setattr(
 )
 
 
+def _check_job_name(job_name):
+    """A job name: the job of the TPU's workers in `cluster_spec()` and the devices' names."""
+    if not isinstance(job_name, str) or not job_name:
+        raise ValueError(
+            f"job_name must be a non-empty str, the job of the TPU's workers (TensorFlow's "
+            f"default {JOB!r}); got {job_name!r}. Leave job_name out for {JOB!r}."
+        )
+
+
 def _check_address(address, pod):
     """`address` ("host:port" or None); refused for a pod, whose hosts have their own."""
     if address is None:
@@ -279,11 +289,40 @@ def _check_address(address, pod):
     return address
 
 
+class _Topology(tf.tpu.experimental.Topology):
+    """The slice's `Topology`: a device coordinate past the mesh is an IndexError
+    that names the coordinate and the mesh (TensorFlow's own lookup leaves numpy's
+    bare "index 2 is out of bounds for axis 0 with size 2")."""
+
+    def task_ordinal_at_coordinates(self, device_coordinates):
+        self._check_on_mesh(device_coordinates)
+        return super().task_ordinal_at_coordinates(device_coordinates)
+
+    def tpu_device_ordinal_at_coordinates(self, device_coordinates):
+        self._check_on_mesh(device_coordinates)
+        return super().tpu_device_ordinal_at_coordinates(device_coordinates)
+
+    def _check_on_mesh(self, device_coordinates):
+        coordinates = tuple(int(v) for v in device_coordinates)
+        bounds = tuple(int(v) for v in self.mesh_shape)
+        # Negative coordinates wrap round in numpy; the TPU's compiler refuses
+        # them at the strategy (see _check_cores_named_once), as TF does.
+        if len(coordinates) == len(bounds) and all(c < b for c, b in zip(coordinates, bounds)):
+            return
+        raise IndexError(
+            f"DeviceAssignment: core_assignment names the device coordinate "
+            f"{_tuple_text(coordinates)}, outside of mesh shape {_tuple_text(bounds)} "
+            f"(x, y, z, core: each from 0 to its size - 1). Take coordinates from "
+            f"topology.device_coordinates, or let tf.tpu.experimental.DeviceAssignment."
+            f"build(topology, computation_shape=..., num_replicas=...) choose them."
+        )
+
+
 def _check_cores_named_once(device_assignment):
     """TensorFlow's checks of an assignment's coordinates, with its errors.
 
     (A coordinate past the mesh is refused by `DeviceAssignment` itself, with
-    numpy's IndexError.) A negative one, which numpy's lookups wrap round, or a
+    an IndexError: see `_Topology`.) A negative one, which numpy's lookups wrap round, or a
     core named twice are refused by the TPU's compiler with
     InvalidArgumentError (tpu_rewrite_device_util.cc,
     GetGeneralTPUExecutionDeviceAssignment), at the first step; the fake

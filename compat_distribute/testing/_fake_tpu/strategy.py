@@ -1,10 +1,7 @@
 """`FakeTPUStrategy`: `tf.distribute.TPUStrategy` on a fake TPU's logical devices.
 
-A `tf.distribute.MirroredStrategy` underneath, never a TPUStrategy: TensorFlow
-and Keras look for TPUStrategy classes to decide to emit TPU-only ops, which
-would fail on a CPU. The TPU's own checks are TF's own code where TF has them as
-functions (`validate_run_function`, the logical-device annotations), so error
-texts are TensorFlow's, word for word.
+A MirroredStrategy, never a TPUStrategy (TensorFlow and Keras would emit TPU-only
+ops); TF's own checks serve where TF has them as functions.
 """
 
 import tensorflow as tf
@@ -166,10 +163,14 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         return self.extended._tpu_cluster_resolver  # pylint: disable=protected-access
 
     # TPUStrategyV2's own code; reads extended._tpu_devices and
-    # extended._use_spmd_for_xla_partitioning.
-    experimental_assign_to_logical_device = _tf.TPUStrategyV2.experimental_assign_to_logical_device
-    experimental_split_to_logical_devices = _tf.TPUStrategyV2.experimental_split_to_logical_devices
-    experimental_replicate_to_logical_devices = (
+    # extended._use_spmd_for_xla_partitioning. Its errors lead in a traced step.
+    experimental_assign_to_logical_device = _validate.errors_lead(
+        _tf.TPUStrategyV2.experimental_assign_to_logical_device
+    )
+    experimental_split_to_logical_devices = _validate.errors_lead(
+        _tf.TPUStrategyV2.experimental_split_to_logical_devices
+    )
+    experimental_replicate_to_logical_devices = _validate.errors_lead(
         _tf.TPUStrategyV2.experimental_replicate_to_logical_devices
     )
 

@@ -1,15 +1,6 @@
 """TPU slices as data: the presets, and the checks on a custom mesh.
 
-A mesh is `(x, y, z, cores_per_chip)`, the shape a TPU system reports to
-TensorFlow (`tf.tpu.experimental.Topology.mesh_shape`). `cores_per_chip` counts
-the devices TensorFlow sees on one chip: 2 on v2 and v3 (two TensorCores, each a
-device), 1 on v4 and v5p (megacore: the chip's two TensorCores are one device)
-and on v5e and v6e (one TensorCore per chip). Sources: the Cloud TPU system
-architecture pages for each generation (chip counts, topologies such as
-"v5litepod-8: 2x4") and TensorFlow's `tpu/topology.py` (the mesh layout).
-
-Each preset names its host count and chips per host, so multi-host slices (pods)
-are added here as rows, not as code.
+A pod is a row, not code. Imports no TensorFlow.
 """
 
 import dataclasses

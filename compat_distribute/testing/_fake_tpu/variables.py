@@ -1,15 +1,6 @@
 """Distributed variables that read as TPU variables do.
 
-MirroredStrategy's variables pick a replica's copy by replica index, assert
-that they are read under their own strategy, and, packed (as TPUStrategyV2
-packs them by default), hand operators a `PackedVarAndDevice` and the gradient
-tape a packed handle it refuses. A TPU variable picks the copy on the replica's
-DEVICE (a strategy on cores (1, 0) reads a variable of the all-core strategy
-core by core, a replica's first logical core holding a copy), reads under any
-TPU strategy of the slice, and gives operators a read tensor. Inside a
-function the copies' own handles serve, packed or not, so reads and writes
-stay ordered.
-`adopt` gives a variable the fake's strategy created these rules.
+By the replica's device, under any TPU strategy of the slice (`adopt`).
 """
 
 

@@ -1,17 +1,13 @@
 """The logical CPU devices of a session, created once per process before any test runs.
 
-A given count (`--tf-devices=N`) is created at configure time, before
-collection imports TensorFlow. Otherwise, once collection is done, as many as
-the selected tests need: the fake TPU's cores when a test uses a strategy
-fixture (a pod preset's too with `--fake-tpu-hosts=1`; on its own hosts a pod
-needs none here), and the largest n of `multi_device(n)`. The count never
-depends on which test comes first, and each xdist worker collects every test,
-so each reaches the same count. A run that needs nothing leaves TensorFlow
-alone. `compat_distribute.testing.devices` creates them.
+A given count before the first conftest.py; else what the collected tests need.
 """
+
+import os
 
 from compat_distribute.testing import devices as virtual_devices
 from compat_distribute.testing.pytest import markers
+from compat_distribute.testing.pytest import options
 
 # Fixtures that build a strategy on the harness's devices: a run using one gets
 # at least the fake TPU's core count.
@@ -25,6 +21,23 @@ def _create(count, what):
     except RuntimeError as e:
         return f"{what}: {e}"
     return None
+
+
+def set_up_before_conftests(config):
+    """Creates a given count before pytest imports the initial conftest.py files
+    (the rootdir's and the test paths'): one that runs TensorFlow at import would
+    otherwise start it with one CPU. A bad setting is left to `set_up_given`,
+    which reports it; an xdist controller creates none."""
+    parsed = config.known_args_namespace  # pytest's parse of the options known so far
+    controller = "PYTEST_XDIST_WORKER" not in os.environ and (
+        getattr(parsed, "numprocesses", None) or getattr(parsed, "dist", "no") != "no"
+    )
+    try:
+        settings = options.from_config(config, parsed)
+    except options.SettingError:
+        return
+    if settings.tf_devices and not controller:
+        _create(settings.tf_devices, settings.shown("tf_devices"))  # A problem: set_up_given.
 
 
 def set_up_given(session):
@@ -70,8 +83,9 @@ def set_up_needed(session, items, collect_only):
         enough = max(count, session.tpu().local_cores)  # A given count must hold the fake too.
         session.stop(
             f"{problem}\nHere TensorFlow started during collection (a test module or "
-            f"conftest.py ran TensorFlow at import): pass --tf-devices={enough}, which "
-            f"creates the devices before collection."
+            f"conftest.py ran TensorFlow at import): pass --tf-devices={enough} (or set it in "
+            f"the ini file, or COMPAT_DISTRIBUTE_TF_DEVICES={enough}), which creates the "
+            f"devices before pytest imports any conftest.py or test module."
         )
         return
     session.devices = (count, why)

@@ -1,13 +1,6 @@
 """Ends the process once a session that used TensorFlow is over.
 
-TensorFlow 2.21 can block for minutes at interpreter exit, while it destroys
-tf.data iterators (see `compat_distribute._exit`). A session whose report is
-written has nothing left to do, so it ends its process itself, with pytest's
-exit status, after pytest's own clean-up and the atexit handlers. This holds in
-a process the session owns: the `pytest` command (or `python -m pytest`), and an
-xdist worker, whose results are sent by then (otherwise xdist waits for it, then
-kills it). Code that calls `pytest.main()` goes on after it, so such a session
-(pytester's in-process runs included) leaves the process alone.
+TensorFlow 2.21 can block for minutes at exit (see `compat_distribute._exit`).
 """
 
 import sys

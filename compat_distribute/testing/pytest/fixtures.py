@@ -1,12 +1,4 @@
-"""The plugin's fixtures.
-
-`tpu_resolver`, `tpu_strategy`, `mirrored_strategy` (MirroredStrategy over all
-logical CPUs) and `local_cluster` live for the session; `strategy` runs a test
-under "default", "mirrored" (`mirrored_strategy`) and "tpu" (`tpu_strategy`).
-An autouse fixture skips a `multi_device(n)` test with fewer than n replicas:
-those of the strategy the test uses (`strategy` for its current parameter,
-else `tpu_strategy`); a test using neither counts the logical CPU devices.
-"""
+"""The plugin's fixtures, and the skip of a `multi_device(n)` test with fewer replicas."""
 
 import pytest
 

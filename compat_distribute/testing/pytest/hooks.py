@@ -1,19 +1,7 @@
 """The pytest plugin: virtual TensorFlow devices, TPU-or-fake strategies, local clusters.
 
-Installed with the package (entry point `pytest11`, named `compat_distribute`);
-with plugin autoloading off, load it with `-p compat_distribute`. This module
-holds the hooks; each calls the module of its role:
-
-    options   the options (`pytest --help`, group compat_distribute) and their precedence
-    session   the session's state: its settings, its process's role, its TPU
-    devices   the logical CPU devices the run needs, created before any test runs
-    markers   tpu, multi_device(n), multi_worker(n)
-    fixtures  tpu_resolver, tpu_strategy, mirrored_strategy, strategy, local_cluster
-    ending    ends the process once a session that used TensorFlow is over
-
-A run that needs nothing leaves TensorFlow alone: no devices, no TPU probe,
-and, with no option given, no header line. A TPU NAME that cannot be reached
-fails the session instead of falling back to the fake.
+Entry point `compat_distribute` (`-p compat_distribute`); each hook calls the module
+of its role.
 """
 
 import pytest
@@ -34,6 +22,11 @@ from compat_distribute.testing.pytest.fixtures import tpu_strategy  # noqa: F401
 
 def pytest_addoption(parser):
     options.add_to_parser(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config):
+    devices.set_up_before_conftests(early_config)
 
 
 def pytest_configure(config):
@@ -74,6 +67,7 @@ def pytest_runtest_setup(item):
     if not session.usable:
         session.tpu().backend()  # Fails the test with why the session cannot run.
     markers.count(item, "multi_worker")  # Checks the argument.
+    markers.check_tpu(item)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,10 +1,4 @@
-"""The plugin's markers, and the checks of their counts.
-
-    tpu               needs a real TPU; skipped on the fake.
-    multi_device(n)   needs n replicas; skipped with fewer (see `fixtures`).
-                      The largest n also sets the devices created (`devices`).
-    multi_worker(n)   starts n worker processes (n may be left out).
-"""
+"""The plugin's markers (`tpu`, `multi_device(n)`, `multi_worker(n)`), and their checks."""
 
 import pytest
 
@@ -43,6 +37,26 @@ def count_problem(item, name):
     return n, None
 
 
+def tpu_problem(item):
+    """What is wrong with the item's @pytest.mark.tpu (it takes no arguments), or None."""
+    marker = item.get_closest_marker("tpu")
+    if marker is None or not (marker.args or marker.kwargs):
+        return None
+    given = [repr(a) for a in marker.args] + [f"{k}={v!r}" for k, v in marker.kwargs.items()]
+    return (
+        f"@pytest.mark.tpu takes no arguments; got tpu({', '.join(given)}) in {item.nodeid}. "
+        f"Write @pytest.mark.tpu, and choose the TPU with --tpu (e.g. --tpu=auto, or "
+        f"--tpu=NAME for a TPU of that name)."
+    )
+
+
+def check_tpu(item):
+    """Fails the test when its @pytest.mark.tpu has arguments."""
+    problem = tpu_problem(item)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+
+
 def count(item, name):
     """The n of @pytest.mark.<name>(n), None when left out; fails a bad n."""
     n, problem = count_problem(item, name)
@@ -53,7 +67,11 @@ def count(item, name):
 
 def skip_tpu_tests_on_the_fake(session, items):
     """Marks the `tpu` tests skipped when the chosen TPU is the fake."""
-    tpu_tests = [item for item in items if item.get_closest_marker("tpu") is not None]
+    # A test with a bad marker is not skipped: it fails at set-up, saying why.
+    tpu_tests = [
+        item for item in items
+        if item.get_closest_marker("tpu") is not None and tpu_problem(item) is None
+    ]
     if not tpu_tests or not session.usable:
         return  # Nothing to mark, or every test fails anyway.
     choice = session.tpu()

@@ -1,22 +1,7 @@
 """The harness's options: one table (`OPTIONS`), read from four places.
 
-Each option can come from the pytest command line, an environment variable,
-an ini key (`[tool:pytest]` in setup.cfg, `[pytest]` in pytest.ini or tox.ini,
-`[tool.pytest.ini_options]` in pyproject.toml) or its default. Precedence:
-
-    command line > environment variable > ini key > default
-
-An empty environment variable or ini value counts as not set. An option may
-name one more place, read after the ini key (`Option.fallback`): the device
-count reads JAX's `XLA_FLAGS=--xla_force_host_platform_device_count=N`.
-
-This is the one statement of the rule and the one list of options: the pytest
-plugin registers and reads them from here (`add_to_parser`, `from_config`),
-`compat_distribute.testing.TestCase` reads the environment and the defaults
-(`from_environment`), and the command line reuses the parsers. A new option is
-one more `Option` row; `Settings` shows it as an attribute of its name.
-Nothing here imports pytest or TensorFlow (the fake TPU's presets, read for a
-topology or a host count, import numpy).
+command line > environment variable > ini key > default, stated once here.
+Imports neither pytest nor TensorFlow.
 """
 
 import dataclasses
@@ -362,10 +347,15 @@ def add_to_parser(parser):
         parser.addini(option.name, option.help, default="")
 
 
-def from_config(config):
-    """Reads `Settings` for a pytest session: its command line, the environment, its ini file."""
+def from_config(config, parsed=None):
+    """Reads `Settings` for a pytest session: its command line, the environment, its ini file.
+
+    `parsed` holds the command line's options: `config.option` by default;
+    `config.known_args_namespace` before pytest has parsed all of it.
+    """
+    parsed = config.option if parsed is None else parsed
     return read(
-        cli={o.name: config.getoption(o.dest) for o in OPTIONS},
+        cli={o.name: getattr(parsed, o.dest, None) for o in OPTIONS},
         env=os.environ,
         ini={o.name: config.getini(o.name) for o in OPTIONS},
         ini_path=config.inipath,

@@ -1,12 +1,6 @@
 """The plugin's state for one pytest session: its settings, its process's role, its TPU.
 
-Every process of a session takes the same path (`hooks`): read the settings,
-choose the TPU, create the devices. `Role` says what a process skips: an xdist
-controller runs no tests, so it creates no devices and, for a real TPU, only
-checks that the name resolves (holding the TPU would lock its workers out).
-A problem stops the session with a usage error, except in an xdist worker:
-xdist restarts a worker that fails to start, again and again, so the worker
-keeps the problem (`Unusable`) and fails each test with it.
+An xdist worker keeps a problem and fails each test with it (xdist would restart it).
 """
 
 import dataclasses

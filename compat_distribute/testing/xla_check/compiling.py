@@ -1,10 +1,6 @@
 """The real XLA compile, and TF's own messages attached to what the walk found.
 
-`tf.function(..., jit_compile=True).experimental_get_compiler_ir(...)(stage="hlo")`
-compiles to HLO and runs nothing. It catches what the walk cannot see (shapes
-that must be compile-time constants) and gives TF's own error text; an op the
-walk flags is compiled alone when the whole step cannot be (several replicas
-span devices, and XLA cannot compile that as one cluster).
+It catches what the walk cannot see (shapes that must be compile-time constants).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """How a failed check surfaces: the TPU's own error type, and a warning for hazards.
 
-On a TPU, a step that cannot compile fails with `tf.errors.InvalidArgumentError`
-("Detected unsupported operations when trying to compile graph ... on
-XLA_TPU_JIT: AsString ..."). `TPUCompatibilityError` is that type, so
-`except tf.errors.InvalidArgumentError` catches the failure on a TPU and in the
-fake TPU's strict mode alike. This module imports TensorFlow: the package
-loads it on the first use of one of its names.
+`TPUCompatibilityError` is an `InvalidArgumentError`, as a TPU's compile failure is.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""XLA's kernel table: which ops, with which dtypes, XLA can compile.
+"""XLA's kernel table: which ops, with which dtypes, XLA can compile (internal).
 
-Internal: not part of the public API; the names below may change.
-
-XLA registers its kernels as device type "XLA_CPU_JIT" the first time anything
-is compiled, so one trivial jit compile fills the table, read once. An op is
-compilable when one of its kernels accepts the op's type attrs (the kernel's
-constraints). Only the CPU JIT's table is readable without a TPU.
+Only the CPU JIT's table is readable without a TPU.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """What a TPU refuses or pays for, as data: the rules the walk applies to every op.
 
-Each op of the step is tested against `RULES` in order; the first rule that
-matches decides, and no later rule looks at that op. A rule with a `kind`
-adds an entry of that kind to the report; a rule without one accepts the op
-(it is how the check knows what not to flag). docs/xla-check.md's list of what the
-check catches is generated from this table (`readme_table`).
-
-No TensorFlow here: dtypes are named as `tf.DType.name` spells them.
+The first matching rule decides. No TensorFlow here.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The walk: every op of a graph and of every function it calls, tested against the rules.
+"""The walk: every op of a graph and of every function it calls, tested against the rules (internal).
 
-Internal: not part of the public API; the names below may change.
-
-Functions are found through the function-valued attrs of each op (`cond` /
-`while` branches and bodies, nested `tf.function`s) and looked up in the
-graph's function library. XLA's compiler stops at the first unsupported op;
-the walk finds all of them, one entry per offending line.
+XLA stops at the first unsupported op; the walk finds all of them.
 """
 
 from __future__ import annotations
