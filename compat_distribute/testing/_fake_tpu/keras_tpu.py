@@ -1,13 +1,5 @@
-"""Keras on the fake TPU: both Kerases take it for a TPU, and Keras 3 steps need no opt-in.
-
-Keras chooses its TPU behaviour by class name ("TPUStrategy...") or by
-`isinstance(strategy, tf.distribute.TPUStrategy)`; the fake is neither, since
-TensorFlow's own name checks would then emit TPU-only ops. `recognise()`
-patches Keras' checks (the rows of `TPU_CHECKS`) through the patch registry to
-answer as for a TPU for a fake TPU strategy, and as before for every other
-strategy, so the patches stay for the process. Each fake strategy also starts a
-`compat_distribute.keras.MultiStepFix` for its own collectives, stopped when it
-is collected: a TPU needs no such fix. docs/keras.md says what each row changes.
+"""Keras on the fake TPU: both Kerases take it for a TPU where that changes what they
+report, and Keras 3 needs no opt-in for its multi-step fix (docs/design.md says how).
 """
 
 import sys
