@@ -1,5 +1,9 @@
-"""What the Keras test modules share: stock MirroredStrategies of their own."""
+"""What the Keras test modules share: stock MirroredStrategies of their own, and the
+fake TPU without the fix it starts for itself."""
 
+import contextlib
+
+import pytest
 import tensorflow as tf
 
 from compat_distribute.testing import _tf as testing_tf
@@ -23,3 +27,22 @@ def two_cpu_mirrored(steps_per_run=None):
     if steps_per_run is not None:
         strategy.extended.steps_per_run = steps_per_run
     return strategy
+
+
+@contextlib.contextmanager
+def fails_without_the_fakes_own_fix(strategy):
+    """Runs the body with the fix fake `strategy` started for itself stopped; the body
+    must fail as keras-team/keras#19246 fails. The fix is started again after."""
+    from compat_distribute import keras as cd_keras
+    from compat_distribute.testing import _fake_tpu
+
+    own_fix = _fake_tpu.keras_tpu.multi_step_fix_of(strategy)
+    own_fix.stop()
+    try:
+        assert not cd_keras.multi_step_fix_started(strategy)
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"
+        ):
+            yield
+    finally:
+        own_fix.start()

@@ -23,6 +23,7 @@ from compat_distribute import keras as cd_keras
 from compat_distribute.testing import cluster
 from compat_distribute import testing
 from compat_distribute.testing import _fake_tpu
+from keras_helpers import fails_without_the_fakes_own_fix
 from keras_helpers import two_cpu_mirrored
 
 keras = pytest.importorskip("keras")
@@ -289,16 +290,8 @@ def test_the_fakes_own_fix_is_what_lets_keras_3_run_per_replica():
         testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 2)), steps_per_run=4
     )
     _fake_tpu.replicate.set_trace_mode(strategy, "per_replica")
-    own_fix = _fake_tpu.keras_tpu.multi_step_fix_of(strategy)
-    own_fix.stop()
-    try:
-        assert not cd_keras.multi_step_fix_started(strategy)
-        with pytest.raises(
-            tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"
-        ):
-            train(strategy, steps_per_execution=4)
-    finally:
-        own_fix.start()
+    with fails_without_the_fakes_own_fix(strategy):
+        train(strategy, steps_per_execution=4)
 
 
 @pytest.mark.requires_keras3

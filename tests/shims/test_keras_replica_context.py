@@ -14,9 +14,9 @@ import pytest
 import tensorflow as tf
 
 import compat_distribute
-from compat_distribute import keras as cd_keras
 from compat_distribute import testing
 from compat_distribute.testing import _fake_tpu
+from keras_helpers import fails_without_the_fakes_own_fix
 
 keras = pytest.importorskip("keras")
 
@@ -74,13 +74,5 @@ def test_a_custom_loop_building_its_optimizer_in_the_step_trains_per_replica():
 @pytest.mark.requires_keras3
 def test_without_the_fakes_own_fix_that_loop_fails_as_on_mirrored_strategy():
     strategy = fake_tpu_per_replica()
-    own_fix = _fake_tpu.keras_tpu.multi_step_fix_of(strategy)
-    own_fix.stop()
-    try:
-        assert not cd_keras.multi_step_fix_started(strategy)
-        with pytest.raises(
-            tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"
-        ):
-            custom_loop_losses(strategy)
-    finally:
-        own_fix.start()
+    with fails_without_the_fakes_own_fix(strategy):
+        custom_loop_losses(strategy)
