@@ -149,6 +149,7 @@ def test_keras_3_on_a_v3_32_predicts_in_input_order(run_program, where):
 # Every place tf-keras branches on `is_tpu_strategy`, on the fake as on a TPU.
 TF_KERAS_TPU_SITES = """
     import json, tempfile
+    import numpy as np
     import tensorflow as tf
     from compat_distribute.testing import set_virtual_devices
     set_virtual_devices(8)
@@ -164,6 +165,19 @@ TF_KERAS_TPU_SITES = """
         with strategy.scope():
             metric = tf.keras.metrics.Mean()
         out[name + "_metric_sync"] = metric.variables[0].synchronization.name
+    class Logs(tf.keras.callbacks.Callback):
+        seen = []
+        def on_train_batch_end(self, batch, logs=None):
+            self.seen.append({k: float(v) for k, v in logs.items()})
+    with fake.scope():  # the issue's example
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1, kernel_initializer="ones")])
+        model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    model.fit(np.ones((64, 1)), np.full((64, 1), 5.0), batch_size=64, verbose=0,
+              callbacks=[Logs()])
+    out["ones_against_fives"] = Logs.seen
+    with fake.scope():  # called in cross-replica context: once, on sync-on-write variables
+        metric = tf.keras.metrics.Mean()
+        out["metric_called"] = [float(metric([1.0, 3.0])), float(metric([8.0]))]
     with tf.Graph().as_default():  # a TF1 graph: the fake runs MirroredStrategy's loop there
         out["is_tpu_in_graph"] = backend.is_tpu_strategy(fake)
 
@@ -194,11 +208,13 @@ def test_tf_keras_takes_the_fake_for_a_tpu_where_it_asks(run_python):
     assert result.returncode == 0 and lines, result.stderr[-5000:]
     out = json.loads(lines[-1][len("RESULT ") :])
     assert out["is_tpu"] == [True, False, False]
+    assert out["ones_against_fives"] == [{"loss": 16.0, "mae": 4.0}]  # not 128.0 and 32.0
     assert out["is_tpu_in_graph"] is False
     # Metrics are sync-on-write on a TPU (tf-keras' TODO b/120571621), so the
     # first replica's value is the global one.
     assert out["fake_metric_sync"] == "ON_WRITE"
     assert out["mirrored_metric_sync"] == "ON_READ"
+    assert out["metric_called"] == [2.0, 4.0]  # the means of [1, 3] and of [1, 3, 8]
     # tf-keras' refusals on a TPU, word for word.
     # (after the traceback of the user's code that tf.function puts first)
     assert out["metric_outside_scope"].strip().endswith(
