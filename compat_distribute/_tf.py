@@ -37,8 +37,10 @@ INTERNALS = {
     "source_mapper_stacks": "tensorflow.python.util.tf_stack:_source_mapper_stacks",
     # Legacy programs: per-replica values of a TF1 graph loop, regrouped.
     "regroup": f"{_DISTRIBUTE}.distribute_utils:regroup",
-    # Keras: the all-reduce whose instance key is a call-time capture.
+    # Keras: the all-reduce whose instance key is a call-time capture, and the
+    # launcher whose bound `_next_instance_key` is that capture's closure.
     "CollectiveAllReduce": f"{_DISTRIBUTE}.cross_device_ops:CollectiveAllReduce",
+    "CollectiveReplicaLauncher": f"{_DISTRIBUTE}.cross_device_utils:CollectiveReplicaLauncher",
     # Distributed input: where MultiDeviceIterator builds its per-device pipelines.
     "multi_device_iterator_ops": "tensorflow.python.data.ops.multi_device_iterator_ops",
 }
@@ -57,6 +59,9 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_experimental_run_steps_on_iterator"),
     # Keras: which cross-device op all-reduces a strategy's float values.
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_get_cross_device_ops"),
+    # Keras: the call-time capture of a collective's instance key (its
+    # `_collective_keys`, and MirroredExtended's, are pinned by their own test).
+    (f"{_DISTRIBUTE}.cross_device_utils:CollectiveReplicaLauncher", "_next_instance_key"),
     # Distributed input: the builder of each device's prefetching pipeline.
     ("tensorflow.python.data.ops.multi_device_iterator_ops", "_create_device_dataset"),
 )
@@ -138,3 +143,17 @@ def all_reduces_with_collectives(extended):
     ops = extended._get_cross_device_ops(types.SimpleNamespace(dtype=tf.float32))
     return isinstance(ops, __getattr__("CollectiveAllReduce"))
 
+
+
+def collective_keys(extended):
+    """MirroredExtended `extended`'s collective key allocator (group and instance keys)."""
+    return extended._collective_keys
+
+
+def capture_collective_keys(closure):
+    """The key allocator of the collective whose instance key `closure` gives at call
+    time (a launcher's bound `_next_instance_key`); None for any other capture."""
+    launcher = getattr(closure, "__self__", None)
+    if isinstance(launcher, __getattr__("CollectiveReplicaLauncher")):
+        return launcher._collective_keys
+    return None

@@ -114,11 +114,13 @@ def _hits_keras_multi_step_bug(strategy):
     # CollectiveAllReduceExtended (multi-worker) and the fake TPU's extended
     # are MirroredExtended too. With 2+ replicas their all-reduce is a
     # collective whose instance key is a call-time capture, except where it
-    # goes through one device (a fake TPU pod, cross_device_ops given).
+    # goes through one device (a fake TPU pod, cross_device_ops given). The
+    # fake TPU starts a fix for its own collectives (see `MultiStepFix`).
     return (
         isinstance(strategy.extended, _tf.MirroredExtended)
         and strategy.num_replicas_in_sync > 1
         and _tf.all_reduces_with_collectives(strategy.extended)
+        and not multi_step_fix_started(strategy)
     )
 
 
@@ -149,8 +151,6 @@ def _steps_per_execution(strategy, model, on_unsupported):
             f"Keras 2 (tf-keras) runs {steps} steps per execution there, Keras 3 "
             f"cannot ({KERAS_ISSUE}). Pass it: keras_compile_kwargs(strategy, model)."
         )
-    if multi_step_fix_started():
-        return steps
     message = (
         f"steps_per_run={steps} cannot become Keras' steps_per_execution on "
         f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas: "
@@ -280,12 +280,12 @@ def _capture_outside_control_flow(original):
                                 placeholder=None):
         graph = self
         # A given placeholder (SavedModel loading) belongs to this graph: keep it.
-        while (
-            placeholder is None
-            and getattr(graph, "is_control_flow_graph", False)
-            and getattr(graph.outer_graph, "building_function", False)
-        ):
-            graph = graph.outer_graph
+        if placeholder is None and _fixes_capture(closure):
+            while (
+                getattr(graph, "is_control_flow_graph", False)
+                and getattr(graph.outer_graph, "building_function", False)
+            ):
+                graph = graph.outer_graph
         if graph is self:
             return original(self, closure, spec, key, default_value, placeholder)
         # The control-flow graph captures the returned placeholder by value,
@@ -298,6 +298,7 @@ def _capture_outside_control_flow(original):
 
 _CAPTURE = "capture_call_time_value"
 _fixed_capture = []  # the one patched method, made on first use
+_started_fixes = []  # the started MultiStepFix objects, which the method reads
 
 
 def _fix_value():
@@ -310,6 +311,19 @@ def _fix_value():
     return _fixed_capture[0]
 
 
+def _fixes_capture(closure):
+    """Whether a started fix covers the call-time capture made by `closure`."""
+    scopes = [fix._keys for fix in tuple(_started_fixes)]  # pylint: disable=protected-access
+    if any(keys is None for keys in scopes):
+        return True
+    if not scopes:
+        return False
+    from compat_distribute import _tf
+
+    keys = _tf.capture_collective_keys(closure)
+    return keys is not None and any(keys is k for k in scopes)
+
+
 class MultiStepFix:
     """Lets Keras 3 run `steps_per_execution > 1` on 2+ replicas; start() / stop().
 
@@ -317,13 +331,16 @@ class MultiStepFix:
     `tf.while_loop` branch is taken in the enclosing function's graph instead
     (TensorFlow's `FuncGraph.capture_call_time_value`, replaced through the
     patch registry `_patching`), so the collective instance keys of Keras 3's
-    one-step function are fed. Starts nest: TensorFlow's method is back when
-    the last started fix stops. It must be started while Keras traces its
-    train and test functions (the first `fit` / `evaluate`). Also a context
-    manager.
+    one-step function are fed, and those of a variable a step creates.
+    `strategy=None` fixes every strategy's collectives; a MirroredStrategy-based
+    `strategy` (the fake TPU starts one for itself) only its own. Starts nest:
+    TensorFlow's method is back when the last started fix stops. It must be
+    started while Keras traces its train and test functions (the first `fit` /
+    `evaluate`). Also a context manager.
     """
 
-    def __init__(self):
+    def __init__(self, strategy=None):
+        self._keys = None if strategy is None else _collective_keys_of(strategy)
         self._patch = None
 
     @property
@@ -336,12 +353,18 @@ class MultiStepFix:
         from compat_distribute import _tf
 
         self._patch = _patching.Patch([(_tf.FuncGraph, _CAPTURE, _fix_value())]).start()
+        _started_fixes.append(self)
         return self
 
     def stop(self):
         if self.started:
+            _started_fixes.remove(self)
             self._patch.stop()
             self._patch = None
+
+    def covers(self, strategy):
+        """Whether this fix, once started, fixes `strategy`'s collectives."""
+        return self._keys is None or self._keys is _collective_keys_of(strategy, None)
 
     def __enter__(self):
         return self.start()
@@ -350,15 +373,37 @@ class MultiStepFix:
         self.stop()
 
 
-def multi_step_fix():
-    """A `MultiStepFix`, not yet started: `with multi_step_fix(): model.fit(...)`."""
-    return MultiStepFix()
+_NO_KEYS = object()
 
 
-def multi_step_fix_started():
-    """Whether a `MultiStepFix` is started in this process."""
-    if not _fixed_capture:
-        return False
+def _collective_keys_of(strategy, default=_NO_KEYS):
     from compat_distribute import _tf
 
-    return _fixed_capture[0] in _patching.values(_tf.FuncGraph, _CAPTURE)
+    _validate.strategy(strategy, hint="Pass the strategy to fix, or None for every strategy.")
+    if isinstance(strategy.extended, _tf.MirroredExtended):
+        return _tf.collective_keys(strategy.extended)
+    if default is not _NO_KEYS:
+        return default
+    raise TypeError(
+        f"multi_step_fix(strategy) fixes a MirroredStrategy-based strategy "
+        f"(MirroredStrategy, MultiWorkerMirroredStrategy, the fake TPU); got "
+        f"{type(strategy).__name__}, whose all-reduce is no collective of "
+        f"{KERAS_ISSUE}. Pass one of those, or None for every strategy."
+    )
+
+
+def multi_step_fix(strategy=None):
+    """A `MultiStepFix`, not yet started: `with multi_step_fix(): model.fit(...)`.
+
+    `strategy`: fix only that strategy's collectives (None: every strategy's).
+    """
+    return MultiStepFix(strategy)
+
+
+def multi_step_fix_started(strategy=None):
+    """Whether a `MultiStepFix` for every strategy is started in this process;
+    with `strategy`, whether a started fix covers that strategy."""
+    fixes = tuple(_started_fixes)
+    if strategy is None:
+        return any(fix._keys is None for fix in fixes)  # pylint: disable=protected-access
+    return any(fix.covers(strategy) for fix in fixes)

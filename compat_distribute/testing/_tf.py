@@ -9,6 +9,7 @@ import importlib
 import itertools
 
 from compat_distribute import _lazy
+from compat_distribute import _tf as core_tf
 
 _DISTRIBUTE = "tensorflow.python.distribute"
 
@@ -183,12 +184,8 @@ def give_next_multi_worker_strategies_own_keys():
     __getattr__("CollectiveAllReduceStrategyV1")._collective_key_base = base
 
 
-def collective_keys(extended):
-    """MirroredExtended `extended`'s collective key allocator (group and instance keys).
-
-    MirroredExtended sets `_collective_keys` in its __init__; pinned by its own test.
-    """
-    return extended._collective_keys
+# MirroredExtended's collective key allocator; the core adapter names the member.
+collective_keys = core_tf.collective_keys
 
 
 def clone_function(function, python_function):

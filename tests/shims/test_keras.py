@@ -22,7 +22,9 @@ import compat_distribute
 from compat_distribute import keras as cd_keras
 from compat_distribute.testing import cluster
 from compat_distribute import testing
-from compat_distribute.testing import _tf as testing_tf
+from compat_distribute.testing import _fake_tpu
+from keras_helpers import fails_without_the_fakes_own_fix
+from keras_helpers import two_cpu_mirrored
 
 keras = pytest.importorskip("keras")
 
@@ -66,21 +68,6 @@ def train(strategy=None, steps_per_execution=1, *, keras_module=None):
     history = model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
     evaluated = model.evaluate(x, y, batch_size=BATCH, verbose=0)
     return [np.asarray(w) for w in model.get_weights()], history.history["loss"], evaluated
-
-
-def two_cpu_mirrored():
-    """A stock MirroredStrategy on 2 CPUs, with collective keys no other strategy uses.
-
-    Every MirroredStrategy numbers its collective keys from one class-level
-    base. On TensorFlow 2.15 a second strategy on the same CPUs reuses the
-    first one's keys, and an all-reduce of another shape under the same key
-    aborts every collective of the process ("Shape mismatch in the
-    collective instance 100"). The key base is read by __init__.
-    """
-    strategy = tf.distribute.MirroredStrategy.__new__(tf.distribute.MirroredStrategy)
-    testing_tf.give_own_collective_keys(strategy)
-    strategy.__init__(["/cpu:0", "/cpu:1"])
-    return strategy
 
 
 def helper_kwargs(strategy, **kwargs):
@@ -267,20 +254,27 @@ def test_root_cause_is_tf_cond_dropping_call_time_captures():
         assert float(in_cond_fixed()) == 2.0  # a fresh instance key per call
 
 
-def test_multi_step_fix_keeps_steps_per_run_with_the_loss_of_one_step(reference):
-    # Two cores: the smallest fake TPU with the bug (8 only take longer to trace).
+@pytest.mark.requires_keras3
+@pytest.mark.parametrize("mode", ["once", "per_replica"])
+def test_keras_3_runs_steps_per_run_on_the_fake_tpu_without_an_opt_in(reference, mode):
+    # Two cores: the smallest fake TPU whose all-reduce is a collective (8 only
+    # take longer to trace). Per replica, as MirroredStrategy runs, the run
+    # needs the fix for keras-team/keras#19246 that the fake starts for itself
+    # (test_the_fakes_own_fix_is_what_lets_keras_3_run_per_replica).
     strategy = compat_distribute.TPUStrategy(
         testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 2)), steps_per_run=4
     )
+    _fake_tpu.replicate.set_trace_mode(strategy, mode)
     assert strategy.num_replicas_in_sync == 2
+    assert not cd_keras.multi_step_fix_started()  # no fix for every strategy
+    assert cd_keras.multi_step_fix_started(strategy)  # the fake's own
     one_step = train(strategy, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", cd_keras.KerasStepsWarning)
-        with cd_keras.multi_step_fix():
-            assert cd_keras.keras_compile_kwargs(strategy, keras.Sequential()) == {
-                "steps_per_execution": 4
-            }
-            four_steps = train(strategy, helper_kwargs(strategy))
+        assert cd_keras.keras_compile_kwargs(strategy, keras.Sequential()) == {
+            "steps_per_execution": 4
+        }
+        four_steps = train(strategy, helper_kwargs(strategy))
     # 4 batches an epoch: one execution of 4 steps gives the losses and weights
     # of 4 executions of one step.
     np.testing.assert_allclose(four_steps[1], one_step[1], rtol=1e-6)
@@ -290,65 +284,117 @@ def test_multi_step_fix_keeps_steps_per_run_with_the_loss_of_one_step(reference)
     assert_matches(four_steps, reference)
 
 
-def test_multi_step_fix_starts_nest_and_restore_tensorflow():
+@pytest.mark.requires_keras3
+def test_the_fakes_own_fix_is_what_lets_keras_3_run_per_replica():
+    strategy = compat_distribute.TPUStrategy(
+        testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 2)), steps_per_run=4
+    )
+    _fake_tpu.replicate.set_trace_mode(strategy, "per_replica")
+    with fails_without_the_fakes_own_fix(strategy):
+        train(strategy, steps_per_execution=4)
+
+
+@pytest.mark.requires_keras3
+def test_a_fakes_fix_leaves_other_strategies_as_tensorflow_has_them():
+    # The fake's fix covers its own collectives only: a MirroredStrategy used
+    # beside it still needs multi_step_fix(), as it does on GPUs.
+    fake = compat_distribute.TPUStrategy(
+        testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 2)), steps_per_run=4
+    )
+    mirrored = two_cpu_mirrored()
+    assert cd_keras.multi_step_fix_started(fake)
+    assert not cd_keras.multi_step_fix_started(mirrored)
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"
+    ):
+        train(mirrored, steps_per_execution=2)
+    with cd_keras.multi_step_fix(mirrored):
+        assert cd_keras.multi_step_fix_started(mirrored)
+        assert not cd_keras.multi_step_fix_started()
+        assert len(train(mirrored, steps_per_execution=2)[1]) == EPOCHS
+
+
+def _shown_capture():
     from compat_distribute import _tf
 
-    original = _tf.FuncGraph.capture_call_time_value
+    return _tf.FuncGraph.capture_call_time_value
+
+
+def _fix_patches():
+    """How many started patches hold the fixed method (fake strategies start their own)."""
+    from compat_distribute import _patching, _tf
+
+    return len(_patching.values(_tf.FuncGraph, "capture_call_time_value"))
+
+
+def test_multi_step_fix_starts_nest_and_restore_tensorflow():
+    from compat_distribute import _patching, _tf
+
+    original = _patching.original(_tf.FuncGraph, "capture_call_time_value")
+    shown, patches = _shown_capture(), _fix_patches()
     outer = cd_keras.multi_step_fix().start()
     inner = cd_keras.multi_step_fix()
     with inner:
         assert cd_keras.multi_step_fix_started()
-        patched = _tf.FuncGraph.capture_call_time_value
+        patched = _shown_capture()
         assert patched is not original
+        assert _fix_patches() == patches + 2
         with pytest.raises(RuntimeError) as raised:
             inner.start()
         assert str(raised.value) == "this MultiStepFix is already started; stop() it first."
-    assert _tf.FuncGraph.capture_call_time_value is patched  # outer still started
+    assert _shown_capture() is patched  # outer still started
     outer.stop()
     outer.stop()  # stopping twice is a no-op
     assert not cd_keras.multi_step_fix_started()
-    assert _tf.FuncGraph.capture_call_time_value is original
+    assert _fix_patches() == patches
+    # TensorFlow's own, unless a live fake strategy holds its own fix.
+    assert _shown_capture() is shown
+    assert shown is (original if patches == 0 else patched)
 
 
 def test_multi_step_fix_patches_through_the_registry_in_any_order():
     from compat_distribute import _patching, _tf
 
     name = "capture_call_time_value"
-    original = _tf.FuncGraph.capture_call_time_value
-    own_before = vars(_tf.FuncGraph)[name]
+    original = _patching.original(_tf.FuncGraph, name)
+    shown, patches = _shown_capture(), _fix_patches()
 
     def other(*args, **kwargs):  # another patch of the same method
         return original(*args, **kwargs)
 
     fix = cd_keras.multi_step_fix().start()
-    fixed = _tf.FuncGraph.capture_call_time_value
-    assert _patching.values(_tf.FuncGraph, name) == (fixed,)
-    assert _patching.original(_tf.FuncGraph, name) is original
+    fixed = _shown_capture()
+    assert _patching.values(_tf.FuncGraph, name)[-1] is fixed
     patch = _patching.Patch([(_tf.FuncGraph, name, other)]).start()
-    assert _tf.FuncGraph.capture_call_time_value is other  # the newest shows
+    assert _shown_capture() is other  # the newest shows
     fix.stop()  # stopped first, under the other patch
     assert not cd_keras.multi_step_fix_started()
-    assert _tf.FuncGraph.capture_call_time_value is other
+    assert _shown_capture() is other
     again = cd_keras.multi_step_fix().start()
-    assert _tf.FuncGraph.capture_call_time_value is fixed  # one object for every fix
+    assert _shown_capture() is fixed  # one object for every fix
     patch.stop()
     assert cd_keras.multi_step_fix_started()
     again.stop()
-    assert _tf.FuncGraph.capture_call_time_value is original
-    assert vars(_tf.FuncGraph)[name] is own_before
+    assert _fix_patches() == patches
+    assert _shown_capture() is shown
+
+
+@pytest.fixture(scope="module", name="mirrored_4_steps")
+def mirrored_4_steps_fixture():
+    """A MirroredStrategy-based strategy with steps_per_run=4 and no fix: where
+    keras-team/keras#19246 applies (the fake TPU fixes its own collectives)."""
+    return two_cpu_mirrored(steps_per_run=4)
 
 
 @pytest.mark.requires_keras3
-def test_helper_warns_and_uses_1_where_keras_3_would_fail(reference):
-    strategy = compat_distribute.TPUStrategy(
-        testing.FakeTPUClusterResolver("v3-8"), steps_per_run=4
-    )
+def test_helper_warns_and_uses_1_where_keras_3_would_fail(reference, mirrored_4_steps):
+    strategy = mirrored_4_steps
     with pytest.warns(cd_keras.KerasStepsWarning) as record:
         kwargs = cd_keras.keras_compile_kwargs(strategy, keras.Sequential())
     assert kwargs == {"steps_per_execution": 1}
     assert str(record[0].message) == (
-        "steps_per_run=4 cannot become Keras' steps_per_execution on FakeTPUStrategy "
-        "with 8 replicas: Keras 3 fails in fit() with 'You must feed a "
+        "steps_per_run=4 cannot become Keras' steps_per_execution on MirroredStrategy "
+        "with 2 replicas: Keras 3 fails in fit() with 'You must feed a "
         "value for placeholder tensor' when steps_per_execution > 1 on a "
         "MirroredStrategy-based strategy with 2 or more replicas "
         "(keras-team/keras#19246). Using steps_per_execution=1: the same training, one "
@@ -358,6 +404,11 @@ def test_helper_warns_and_uses_1_where_keras_3_would_fail(reference):
         "extra, with TF_USE_LEGACY_KERAS=1)."
     )
     assert record[0].filename == __file__
+    # The warning is true: 4 steps a call fail there, the 1 it gives trains.
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"
+    ):
+        train(strategy, steps_per_execution=4)
     assert_matches(train(strategy, 1), reference)
 
 
@@ -383,13 +434,12 @@ def test_fit_with_fewer_examples_a_batch_than_replicas_says_so():
 
 
 @pytest.mark.requires_keras3
-def test_helper_raises_when_asked():
-    strategy = compat_distribute.TPUStrategy(
-        testing.FakeTPUClusterResolver("v3-8"), steps_per_run=3
-    )
+def test_helper_raises_when_asked(mirrored_4_steps):
     with pytest.raises(ValueError) as raised:
-        cd_keras.steps_per_execution(strategy, keras.Sequential(), on_unsupported="raise")
-    assert str(raised.value).startswith("steps_per_run=3 cannot become Keras' ")
+        cd_keras.steps_per_execution(
+            mirrored_4_steps, keras.Sequential(), on_unsupported="raise"
+        )
+    assert str(raised.value).startswith("steps_per_run=4 cannot become Keras' ")
     assert str(raised.value).endswith(
         "TF_USE_LEGACY_KERAS=1). Or compile with steps_per_execution=1, or build the "
         "strategy with steps_per_run=1."
@@ -423,28 +473,47 @@ def fake_tpu_4_steps_fixture():
          NOT_A_STRATEGY.format("'abc' (str)")),
         (lambda s: cd_keras.keras_compile_kwargs(None), TypeError,
          NOT_A_STRATEGY.format("None (NoneType)")),
-        (lambda s: cd_keras.steps_per_execution(s, on_unsupported="ignore"), ValueError,
+        (lambda s: cd_keras.steps_per_execution(s["fake"], on_unsupported="ignore"), ValueError,
          BAD_ON_UNSUPPORTED.format("'ignore' (str)")),
-        (lambda s: cd_keras.steps_per_execution(s, on_unsupported=None), ValueError,
+        (lambda s: cd_keras.steps_per_execution(s["fake"], on_unsupported=None), ValueError,
          BAD_ON_UNSUPPORTED.format("None (NoneType)")),
-        (lambda s: cd_keras.steps_per_execution(s, "abc"), TypeError,
+        (lambda s: cd_keras.steps_per_execution(s["fake"], "abc"), TypeError,
          NOT_A_MODEL.format("'abc' (str)")),
         (lambda s: cd_keras.keras_major_version(3), TypeError,
          NOT_A_MODEL.format("3 (int)")),
-        (lambda s: cd_keras.keras_compile_kwargs(s), TypeError,
-         "steps_per_execution needs the model for steps_per_run=4 on FakeTPUStrategy with 8 "
+        (lambda s: cd_keras.keras_compile_kwargs(s["mirrored"]), TypeError,
+         "steps_per_execution needs the model for steps_per_run=4 on MirroredStrategy with 2 "
          "replicas: Keras 2 (tf-keras) runs 4 steps per execution there, Keras 3 cannot "
          "(keras-team/keras#19246). Pass it: keras_compile_kwargs(strategy, model)."),
+        (lambda s: cd_keras.multi_step_fix("abc"), TypeError,
+         NOT_A_STRATEGY.format("'abc' (str)").replace(
+             "the strategy whose scope builds the model", "the strategy to fix, or None for "
+             "every strategy")),
+        (lambda s: cd_keras.multi_step_fix(tf.distribute.OneDeviceStrategy("/cpu:0")), TypeError,
+         "multi_step_fix(strategy) fixes a MirroredStrategy-based strategy (MirroredStrategy, "
+         "MultiWorkerMirroredStrategy, the fake TPU); got OneDeviceStrategy, whose all-reduce "
+         "is no collective of keras-team/keras#19246. Pass one of those, or None for every "
+         "strategy."),
     ],
     ids=["strategy-str", "strategy-none", "on-unsupported-ignore", "on-unsupported-none",
-         "model-str", "model-int", "model-missing"],
+         "model-str", "model-int", "model-missing", "fix-str", "fix-one-device"],
 )
-def test_bad_arguments_are_named_before_anything_happens(call, error, text, fake_tpu_4_steps):
+def test_bad_arguments_are_named_before_anything_happens(
+    call, error, text, fake_tpu_4_steps, mirrored_4_steps
+):
+    strategies = {"fake": fake_tpu_4_steps, "mirrored": mirrored_4_steps}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no KerasStepsWarning before the error
         with pytest.raises(error) as raised:
-            call(fake_tpu_4_steps)
+            call(strategies)
     assert str(raised.value) == text
+
+
+def test_the_fake_tpu_needs_no_model_to_take_steps_per_run(fake_tpu_4_steps):
+    # No Keras on it fails with 4 steps a call, so which Keras does not matter.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cd_keras.KerasStepsWarning)
+        assert cd_keras.keras_compile_kwargs(fake_tpu_4_steps) == {"steps_per_execution": 4}
 
 
 def fit_in_worker(keras_version, steps, fix):

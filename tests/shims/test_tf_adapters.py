@@ -382,3 +382,33 @@ def test_mirrored_extended_keeps_its_input_workers_as_host_device_pairs():
     (host, devices), = extended._input_workers_devices  # pylint: disable=protected-access
     cpu = "/job:localhost/replica:0/task:0/device:CPU:0"
     assert (host, devices) == (cpu, (cpu,))
+
+
+def test_a_collectives_call_time_key_names_its_strategys_key_allocator():
+    # multi_step_fix(strategy) tells a strategy's collectives by these members
+    # (compat_distribute._tf.capture_collective_keys / collective_keys).
+    import tensorflow as tf
+
+    from compat_distribute import _patching, _tf
+    from keras_helpers import two_cpu_mirrored
+
+    strategy = two_cpu_mirrored()
+    captured = []
+    original = _tf.FuncGraph.capture_call_time_value
+
+    def record(graph, closure, *args, **kwargs):
+        captured.append(closure)
+        return original(graph, closure, *args, **kwargs)
+
+    @tf.function
+    def step():
+        return strategy.run(
+            lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0))
+        )
+
+    with _patching.Patch([(_tf.FuncGraph, "capture_call_time_value", record)]):
+        results = strategy.experimental_local_results(step())
+    assert [float(r) for r in results] == [2.0, 2.0]
+    keys = {id(_tf.capture_collective_keys(closure)) for closure in captured}
+    assert keys == {id(_tf.collective_keys(strategy.extended))}
+    assert _tf.capture_collective_keys(lambda: 1) is None

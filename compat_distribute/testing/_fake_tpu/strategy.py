@@ -11,6 +11,7 @@ from compat_distribute import _steps
 from compat_distribute import keras as cd_keras
 from compat_distribute import _validate
 from compat_distribute.testing import _tf
+from compat_distribute.testing._fake_tpu import keras_tpu
 from compat_distribute.testing._fake_tpu import replicate
 from compat_distribute.testing._fake_tpu import system
 
@@ -58,6 +59,7 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         )
         # Skips MirroredStrategy.__init__, which would build a MirroredExtended.
         _tf.Strategy.__init__(self, extended)
+        keras_tpu.attach(self)
         if steps_per_run > 1:
             # Keras' compile under this scope takes steps_per_run as steps_per_execution.
             cd_keras.compile_takes_steps_per_run()
@@ -65,6 +67,10 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         self._enable_packed_variable_in_eager_mode = True
         self._checked_keys = set()  # step functions strict mode passed
         self._checked_calls = set()  # (fn, arity) whose run arguments passed
+
+    def scope(self):
+        keras_tpu.recognise()  # a Keras imported since this strategy was built
+        return super().scope()
 
     # Not marked do_not_convert: that would also switch AutoGraph off for `fn`.
     def run(self, fn, args=(), kwargs=None, options=None):
