@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import FakeTPUStrategy
+from compat_distribute.testing._fake_tpu import collectives
 from compat_distribute.testing._fake_tpu import replicate
 
 REPLICAS = 8
@@ -42,7 +43,7 @@ def rings_fixture(request, monkeypatch):
     """The one trace's sums as one ring over the replicas or, as from 16 replicas
     on, two: within pairs of replicas, then across the pairs (groups of 2 and 4)."""
     if request.param == "two rings":
-        monkeypatch.setattr(replicate, "TWO_STAGE_MIN_REPLICAS", 2)
+        monkeypatch.setattr(collectives, "TWO_STAGE_MIN_REPLICAS", 2)
     return request.param
 
 
