@@ -23,6 +23,7 @@ INTERNALS = {
     "TPUStrategyV2": f"{_DISTRIBUTE}.tpu_strategy:TPUStrategyV2",
     "validate_run_function": f"{_DISTRIBUTE}.tpu_strategy:validate_run_function",
     "maybe_partial_apply_variables": f"{_DISTRIBUTE}.tpu_strategy:_maybe_partial_apply_variables",
+    "maybe_init_scope": f"{_DISTRIBUTE}.tpu_strategy:maybe_init_scope",
     "MirroredExtended": f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended",
     "Strategy": f"{_DISTRIBUTE}.distribute_lib:Strategy",
     "DistributedVariable": f"{_DISTRIBUTE}.values:DistributedVariable",
@@ -47,6 +48,9 @@ INTERNALS = {
     "variable_accessed": "tensorflow.python.eager.tape:variable_accessed",
     # The fake TPU's one trace per step
     "select_replica": f"{_DISTRIBUTE}.distribute_utils:select_replica",
+    # Variables made in the one trace: TensorFlow's test of what it can lift out of it.
+    "map_subgraph": "tensorflow.python.ops.op_selector:map_subgraph",
+    "UnliftableError": "tensorflow.python.ops.op_selector:UnliftableError",
     "regroup": f"{_DISTRIBUTE}.distribute_utils:regroup",
     # XLA check
     "get_all_registered_kernels": "tensorflow.python.framework.kernels:get_all_registered_kernels",
@@ -78,6 +82,8 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_experimental_distribute_dataset"),
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_distribute_datasets_from_function"),
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_get_replica_order"),
+    # Overridden: called by MirroredExtended._create_variable for each copy.
+    (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_get_variable_creator_initial_value"),
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_replica"),
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_get_as_operand"),
     (f"{_DISTRIBUTE}.values:DistributedVariable", "_dense_var_to_tensor"),

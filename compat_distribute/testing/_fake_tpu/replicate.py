@@ -41,14 +41,20 @@ per replica:
 - with a RuntimeWarning, for a plain Python function run eagerly (TPUStrategy
   refuses it; `extended.call_for_each_replica` may be called so), or when a
   per-replica value reaches a cross-replica operation inside the trace or a
-  `merge_fn` returns one (the trace holds one value per replica, never N).
-  Python side effects of the abandoned trace have run once by then.
+  `merge_fn` returns one (the trace holds one value per replica, never N), or
+  a variable the step creates takes its initial value from the step's
+  arguments or from a variable (TensorFlow cannot lift it out of the trace).
+  Python side effects of the abandoned trace have run once by then; variables
+  it made are initialised.
 
-Variables created inside the trace (a Keras optimizer building its slots on
-the first step) make `tf.function` trace the step twice, as it does for any
-function creating variables; build the optimizer first for one trace.
+Variables the step creates (a Keras optimizer's slots in its first step) are
+made in the trace, every copy from one initial value (as on a TPU, see
+`extended.py`), and `tf.function` lifts their initialisation out of it. It
+then traces the step again, so on that first call the step's Python function
+runs twice; the function calling `strategy.run` is traced once.
 """
 
+import collections
 import contextlib
 import os
 import threading
@@ -215,6 +221,14 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
     def _create_variable(self, next_creator, **kwargs):
         return register_variable(super()._create_variable(next_creator, **kwargs))
 
+    def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
+        value = super()._get_variable_creator_initial_value(replica_id, device, primary_var, **kwargs)
+        if replica_id == 0 and _trace_of(self) is not None and _reads_the_trace(value):
+            # Before the variable exists: tf.function could not lift its initializer
+            # out of the trace, and every replica's call would run it.
+            raise FallBack("a variable it creates takes its initial value from its arguments or variables")
+        return value
+
     # Cross-replica operations inside the one trace.
 
     def _reduce_to(self, reduce_op, value, destinations, options):
@@ -262,6 +276,19 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
             return super()._update_non_slot(colocate_with, fn, args, kwargs, group)
         result = fn(*args, **kwargs)
         return result if group else (result,)
+
+
+def _reads_the_trace(initial_value):
+    """True when `initial_value` depends on a placeholder of the trace (an argument,
+    a variable's handle): TensorFlow's own test for what it cannot lift."""
+    value = getattr(initial_value, "wrapped_value", initial_value)  # a checkpoint's value
+    if not tf.is_symbolic_tensor(value):
+        return False
+    try:
+        _tf.map_subgraph(value, set(), None, set(), collections.defaultdict(set), False)
+    except _tf.UnliftableError:
+        return True
+    return False
 
 
 def own_copy(extended, var):
@@ -358,18 +385,30 @@ def replicate(extended, fn, args, kwargs):
     specs = [_input_spec([leaves[r][i] for r in range(count)]) for i in tensor_at]
     fn = tf.__internal__.autograph.tf_convert(fn, tf.__internal__.autograph.control_status_ctx())
 
+    stopped = []  # the FallBack that stopped the trace part way
+
     def replica_body(replica_id, tensors):
         filled = list(leaves[0])
         for i, t in zip(tensor_at, tensors):
             filled[i] = t
         a, k = tf.nest.pack_sequence_as(structure, filled)
+        if stopped:  # tf.function's second trace after the step made variables
+            return None
         with _tracing(extended, replica_id), OneTraceReplicaContext(
             extended._container_strategy(), replica_id  # pylint: disable=protected-access
         ):
-            return fn(*a, **k)
+            try:
+                return fn(*a, **k)
+            except FallBack as reason:
+                # The trace ends normally, so tf.function initialises the variables
+                # the step made before it stopped; the step then runs per replica.
+                stopped.append(reason)
+                return None
 
     body = tf.function(replica_body, autograph=False)
     concrete = body.get_concrete_function(tf.TensorSpec([], tf.int32), specs)
+    if stopped:
+        raise stopped[0]
     captures = [_rebound_captures(extended, concrete, r) for r in range(count)]
     inputs = [[leaves[r][i] for i in tensor_at] for r in range(count)]
 
