@@ -48,8 +48,8 @@ INTERNALS = {
     "variable_accessed": "tensorflow.python.eager.tape:variable_accessed",
     # The fake TPU's one trace per step
     "select_replica": f"{_DISTRIBUTE}.distribute_utils:select_replica",
-    # Variables made in the one trace: TensorFlow's test of what it can lift out of it.
-    "map_subgraph": "tensorflow.python.ops.op_selector:map_subgraph",
+    # Variables made in the one trace: their initial values lifted out of it, as tf.function does.
+    "lift_to_graph": "tensorflow.python.eager.lift_to_graph:lift_to_graph",
     "UnliftableError": "tensorflow.python.ops.op_selector:UnliftableError",
     "regroup": f"{_DISTRIBUTE}.distribute_utils:regroup",
     # XLA check

@@ -2,11 +2,11 @@
 
 A TPU computes a new variable's initial value once and starts every core's copy
 from it, so copies are equal (a random initial value too), each on its core. The
-one trace makes them in its first trace, which `tf.function` traces again once
-they exist (the step's Python function runs twice on the first call; the
-`tf.function` calling `strategy.run` is traced once). A variable whose initial
-value reads the step's arguments or another variable cannot be lifted out of the
-trace: that step runs per replica, as MirroredStrategy runs it, with a warning.
+one trace makes such a variable outside itself, as tf.function lifts a variable's
+initialisation, so the step is traced once on its first call too (MirroredStrategy's
+threads: twice, once per replica each). A variable whose initial value reads the
+step's arguments or another variable cannot be lifted out of the trace: that step
+runs per replica, as MirroredStrategy runs it, with a warning.
 """
 
 import json
@@ -84,9 +84,9 @@ def _assert_trains_as_one_device(fake, one_device):
     for copies in fake["slots"]:
         assert [device for device, _ in copies] == CORES
         assert all(value == copies[0][1] for _, value in copies)
-    # The step traces twice on its first call (the second time with the
-    # variables made), the tf.function calling strategy.run once.
-    assert (fake["step_traces"], fake["function_traces"]) == (2, 1)
+    # The step is traced once, its variables made outside the trace; one device
+    # traces it twice, as tf.function traces a function that makes variables.
+    assert (fake["step_traces"], fake["function_traces"]) == (1, 1)
     assert (one_device["step_traces"], one_device["function_traces"]) == (2, 2)
 
 
@@ -176,7 +176,7 @@ def test_variable_made_in_the_step_has_a_tpus_values_and_placement(
     # One initial value for every copy, one copy on each core.
     assert got["first read"] == [initial] * REPLICAS
     assert got["devices"] == CORES
-    assert got["traces"] == (2, 1)
+    assert got["traces"] == (1, 1)
     start = np.array(initial)
     if synchronization == ON_READ:
         # Each replica's own copy; a cross-replica read aggregates them.
@@ -304,7 +304,7 @@ def test_initial_value_from_the_steps_argument_runs_the_step_per_replica(fresh_o
     ]
     assert got == run(per_replica)
     outputs, (ones, from_x) = got
-    # The first variable, made in the abandoned trace, started at 1 on every core.
+    # The first variable, made before the trace stopped, started at 1 on every core.
     assert ones == [[3.0, 3.0]] * REPLICAS
     # MirroredStrategy starts every copy from the first replica's x + 10 (x = 0).
     assert from_x == [[10.0 + i + (REPLICAS + i)] for i in range(REPLICAS)]

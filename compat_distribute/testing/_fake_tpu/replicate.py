@@ -44,17 +44,16 @@ per replica:
   `merge_fn` returns one (the trace holds one value per replica, never N), or
   a variable the step creates takes its initial value from the step's
   arguments or from a variable (TensorFlow cannot lift it out of the trace).
-  Python side effects of the abandoned trace have run once by then; variables
-  it made are initialised.
+  Python side effects of the abandoned trace have run once by then (variables
+  it made exist, initialised).
 
-Variables the step creates (a Keras optimizer's slots in its first step) are
-made in the trace, every copy from one initial value (as on a TPU, see
-`extended.py`), and `tf.function` lifts their initialisation out of it. It
-then traces the step again, so on that first call the step's Python function
-runs twice; the function calling `strategy.run` is traced once.
+A variable the step creates (a Keras optimizer's slots in its first step) is
+made outside the trace, as `tf.function` lifts a variable's initialisation:
+its initial value computed once there, every copy starting from it (as on a
+TPU, see `extended.py`), each on its core. `tf.function` does not see it made,
+so the step is traced once on that first call too.
 """
 
-import collections
 import contextlib
 import os
 import threading
@@ -219,15 +218,16 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
             return _tf.MirroredExtended._call_for_each_replica(self, fn, args, kwargs)
 
     def _create_variable(self, next_creator, **kwargs):
+        if _trace_of(self) is not None and tf.inside_function():
+            # Made in the one trace: its copies are made outside it, eagerly, from
+            # an initial value computed once outside it, as tf.function lifts a
+            # variable's initialisation. tf.function does not see the variable
+            # made, so it traces the step once (its creators pass the variable on).
+            kwargs["initial_value"] = _lifted(kwargs["initial_value"])
+            kwargs["experimental_enable_variable_lifting"] = False
+            with tf.init_scope():
+                return register_variable(super()._create_variable(next_creator, **kwargs))
         return register_variable(super()._create_variable(next_creator, **kwargs))
-
-    def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
-        value = super()._get_variable_creator_initial_value(replica_id, device, primary_var, **kwargs)
-        if replica_id == 0 and _trace_of(self) is not None and _reads_the_trace(value):
-            # Before the variable exists: tf.function could not lift its initializer
-            # out of the trace, and every replica's call would run it.
-            raise FallBack("a variable it creates takes its initial value from its arguments or variables")
-        return value
 
     # Cross-replica operations inside the one trace.
 
@@ -278,17 +278,27 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
         return result if group else (result,)
 
 
-def _reads_the_trace(initial_value):
-    """True when `initial_value` depends on a placeholder of the trace (an argument,
-    a variable's handle): TensorFlow's own test for what it cannot lift."""
-    value = getattr(initial_value, "wrapped_value", initial_value)  # a checkpoint's value
-    if not tf.is_symbolic_tensor(value):
-        return False
-    try:
-        _tf.map_subgraph(value, set(), None, set(), collections.defaultdict(set), False)
-    except _tf.UnliftableError:
-        return True
-    return False
+def _lifted(initial_value):
+    """`initial_value` of a variable made in the trace, computed outside it: a
+    callable is called there; a tensor of the trace is lifted out of it as
+    tf.function lifts initialisers, unless it reads the trace's arguments or a
+    variable (a placeholder of the trace): then the step runs per replica."""
+    if callable(initial_value):
+        with tf.init_scope():
+            return initial_value()
+    if not tf.is_symbolic_tensor(initial_value):
+        return initial_value
+
+    def lift():
+        return _tf.lift_to_graph([initial_value], tf.compat.v1.get_default_graph())[initial_value]
+
+    with tf.init_scope():
+        try:
+            return tf.function(lift, autograph=False)()
+        except _tf.UnliftableError:
+            raise FallBack(
+                "a variable it creates takes its initial value from its arguments or variables"
+            ) from None
 
 
 def own_copy(extended, var):
@@ -385,30 +395,18 @@ def replicate(extended, fn, args, kwargs):
     specs = [_input_spec([leaves[r][i] for r in range(count)]) for i in tensor_at]
     fn = tf.__internal__.autograph.tf_convert(fn, tf.__internal__.autograph.control_status_ctx())
 
-    stopped = []  # the FallBack that stopped the trace part way
-
     def replica_body(replica_id, tensors):
         filled = list(leaves[0])
         for i, t in zip(tensor_at, tensors):
             filled[i] = t
         a, k = tf.nest.pack_sequence_as(structure, filled)
-        if stopped:  # tf.function's second trace after the step made variables
-            return None
         with _tracing(extended, replica_id), OneTraceReplicaContext(
             extended._container_strategy(), replica_id  # pylint: disable=protected-access
         ):
-            try:
-                return fn(*a, **k)
-            except FallBack as reason:
-                # The trace ends normally, so tf.function initialises the variables
-                # the step made before it stopped; the step then runs per replica.
-                stopped.append(reason)
-                return None
+            return fn(*a, **k)
 
     body = tf.function(replica_body, autograph=False)
     concrete = body.get_concrete_function(tf.TensorSpec([], tf.int32), specs)
-    if stopped:
-        raise stopped[0]
     captures = [_rebound_captures(extended, concrete, r) for r in range(count)]
     inputs = [[leaves[r][i] for i in tensor_at] for r in range(count)]
 
