@@ -5,8 +5,10 @@ model, an optimizer and a metric made under the strategy's scope and not built, 
 `tf.function` step calling `strategy.run`; the first step builds the model's weights
 and the optimizer's slots. It is written with `tf.keras`, so one function serves
 Keras 3 (in the test process) and tf-keras (`TF_USE_LEGACY_KERAS=1`, read at
-import, so in a fresh process: `python step_variables_programs.py`, which prints
-`RESULT <json>` of the comparisons under tf-keras).
+import, so in a process of its own). `python step_variables_programs.py one_host`
+compares the fake v3-8 with one device there; `... pod` runs the loop on a v4-16
+pod, whose host processes cannot start in the test process. Each prints
+`RESULT <json>`.
 """
 
 import json
@@ -35,8 +37,9 @@ def _optimizer(tf, name):
     return tf.keras.optimizers.SGD(0.1, momentum=0.9)
 
 
-def guide_loop(strategy, optimizer_name, steps=STEPS):
-    """The guide's loop, `steps` steps; what the tests compare.
+def guide_loop(strategy, optimizer_name, steps=STEPS, shard=False):
+    """The guide's loop, `steps` steps; what the tests compare. `shard`: each host's
+    pipeline takes every host-th batch (the guide's feeds every host all of them).
 
     Returns the per-step losses, the final weights, every optimizer variable's
     copies (one per replica, with their devices), the metric's mean loss, and how
@@ -54,9 +57,11 @@ def guide_loop(strategy, optimizer_name, steps=STEPS):
         training_loss = tf.keras.metrics.Mean("training_loss", dtype=tf.float32)
 
     per_replica_batch_size = GLOBAL_BATCH // strategy.num_replicas_in_sync
-    train_dataset = strategy.distribute_datasets_from_function(
-        lambda _: _dataset(tf, per_replica_batch_size)
-    )
+    def dataset_fn(context):
+        dataset = _dataset(tf, per_replica_batch_size)
+        return dataset.shard(context.num_input_pipelines, context.input_pipeline_id) if shard else dataset
+
+    train_dataset = strategy.distribute_datasets_from_function(dataset_fn)
     traces = []
 
     @tf.function
@@ -106,7 +111,8 @@ def compare_with_one_device(strategy):
     }
 
 
-def main():
+def _one_host():
+    """The fake v3-8 against one device, for each optimizer (run under tf-keras)."""
     from compat_distribute.testing import devices
 
     devices.set_virtual_devices(8)
@@ -115,17 +121,40 @@ def main():
     from compat_distribute.testing import FakeTPUClusterResolver  # pylint: disable=g-import-not-at-top
     from compat_distribute.testing import FakeTPUStrategy  # pylint: disable=g-import-not-at-top
 
+    return {
+        "keras": tf.keras.__name__.split(".")[0],
+        "runs": compare_with_one_device(FakeTPUStrategy(FakeTPUClusterResolver("v3-8"))),
+    }
+
+
+def _pod():
+    """The loop on a v4-16 pod (2 hosts of 4 cores) as TPU pod code builds its
+    strategy, each host's pipeline sharded, for each optimizer."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from compat_distribute.testing import fake_tpu  # pylint: disable=g-import-not-at-top
+
+    with fake_tpu("v4-16"):
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        strategy = tf.distribute.TPUStrategy(resolver)
+        return {name: guide_loop(strategy, name, shard=True) for name in OPTIMIZERS}
+
+
+def main(program):
+    """`python step_variables_programs.py one_host|pod`: prints `RESULT <json>` with
+    the program's results and the warnings it raised."""
+    import os  # pylint: disable=g-import-not-at-top
     import warnings  # pylint: disable=g-import-not-at-top
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        runs = compare_with_one_device(FakeTPUStrategy(FakeTPUClusterResolver("v3-8")))
-    print("RESULT " + json.dumps({
-        "keras": tf.keras.__name__.split(".")[0],
-        "runs": runs,
-        "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
-    }))
+        result = {"one_host": _one_host, "pod": _pod}[program]()
+    result["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
+    print("RESULT " + json.dumps(result), flush=True)
+    os._exit(0)  # A pod's client may block at exit on a context whose hosts are gone.
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main(*sys.argv[1:])

@@ -98,18 +98,42 @@ def test_guide_loop_builds_slots_in_the_step_and_trains_as_one_device(once, opti
     _assert_trains_as_one_device(fake, one_device)
 
 
-def test_guide_loop_under_tf_keras_trains_as_one_device(run_program):
-    # tf.keras is tf-keras when TF_USE_LEGACY_KERAS=1 is set before TensorFlow's import.
-    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_variables_programs.py")
-    result = run_program([program], timeout=300, env={"TF_USE_LEGACY_KERAS": "1"})
+def _run_programs(run_program, program, env=None):
+    """RESULT of `python step_variables_programs.py PROGRAM`, in a process of its own."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_variables_programs.py")
+    result = run_program([path, program], timeout=300, env=env, fresh=program == "pod")
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-4000:]
-    report = json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_guide_loop_under_tf_keras_trains_as_one_device(run_program):
+    # tf.keras is tf-keras when TF_USE_LEGACY_KERAS=1 is set before TensorFlow's import.
+    report = _run_programs(run_program, "one_host", env={"TF_USE_LEGACY_KERAS": "1"})
     assert report["keras"] == "tf_keras"
     assert report["warnings"] == []
     assert sorted(report["runs"]) == sorted(programs.OPTIMIZERS)
     for fake, one_device in report["runs"].values():
         _assert_trains_as_one_device(fake, one_device)
+
+
+def test_guide_loop_on_a_pod_builds_slots_on_every_host_and_trains_as_one_device(run_program):
+    # A pod runs the step per replica (MirroredStrategy's threads over its hosts'
+    # cores); its variables are made as on one host: one initial value, a copy a core.
+    report = _run_programs(run_program, "pod")
+    assert report["warnings"] == []
+    for optimizer in programs.OPTIMIZERS:
+        pod = report[optimizer]
+        one_device = programs.guide_loop(tf.distribute.OneDeviceStrategy("/cpu:0"), optimizer)
+        np.testing.assert_allclose(pod["losses"], one_device["losses"], rtol=1e-5)
+        for pod_weight, weight in zip(pod["weights"], one_device["weights"]):
+            np.testing.assert_allclose(pod_weight, weight, rtol=1e-5, atol=1e-6)
+        assert pod["slots"]
+        for copies in pod["slots"]:
+            hosts = [device.split("/device:")[0] for device, _ in copies]
+            assert hosts == ["/job:worker/replica:0/task:0"] * 4 + ["/job:worker/replica:0/task:1"] * 4
+            assert all(value == copies[0][1] for _, value in copies)
+        assert pod["function_traces"] == 2 and pod["step_traces"] == 2 * REPLICAS
 
 
 # tf.Variable of every synchronization and aggregation, made on the first call.
