@@ -74,6 +74,33 @@ def compare(candidate, baseline, *, repeats=15, number=20, warmup=3):
     }
 
 
+def spread(values):
+    """min / median / max of repeated measurements, and their count."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
+
+
+def fresh_sample(script, args, timeout_s):
+    """Runs `python script --sample *args` in a fresh process (with this package
+    importable); returns the JSON object of its last line that is one."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    what = f"{os.path.basename(script)} --sample {' '.join(map(str, args))}"
+    try:
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(script), "--sample", *map(str, args)],
+            capture_output=True, text=True, timeout=timeout_s, env=env, check=False,
+        )
+    except subprocess.TimeoutExpired as timeout:
+        raise RuntimeError(f"{what} took over {timeout_s} s") from timeout
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{what} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
 def table_row(measure, result, target=""):
     """A README row for a compare() result: the ratio and both absolute times."""
     spread = (

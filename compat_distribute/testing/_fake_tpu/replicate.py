@@ -218,16 +218,15 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
             return _tf.MirroredExtended._call_for_each_replica(self, fn, args, kwargs)
 
     def _create_variable(self, next_creator, **kwargs):
-        if _trace_of(self) is not None and tf.inside_function():
-            # Made in the one trace: its copies are made outside it, eagerly, from
-            # an initial value computed once outside it, as tf.function lifts a
-            # variable's initialisation. tf.function does not see the variable
-            # made, so it traces the step once (its creators pass the variable on).
+        in_trace = _trace_of(self) is not None and tf.inside_function()
+        if in_trace:
+            # Its copies are made outside the trace, eagerly, from an initial value
+            # computed once there, as tf.function lifts a variable's initialisation.
+            # tf.function's creators pass it on unseen, so the step is traced once.
             kwargs["initial_value"] = _lifted(kwargs["initial_value"])
             kwargs["experimental_enable_variable_lifting"] = False
-            with tf.init_scope():
-                return register_variable(super()._create_variable(next_creator, **kwargs))
-        return register_variable(super()._create_variable(next_creator, **kwargs))
+        with tf.init_scope() if in_trace else contextlib.nullcontext():
+            return register_variable(super()._create_variable(next_creator, **kwargs))
 
     # Cross-replica operations inside the one trace.
 
