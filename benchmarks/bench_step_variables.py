@@ -23,7 +23,6 @@ then the warm step (median of 20 calls), and counting the step's Python traces.
 import argparse
 import json
 import os
-import statistics
 import sys
 import warnings
 
@@ -46,14 +45,11 @@ SAMPLE_TIMEOUT_S = 900
 
 def sample(kind):
     """One fresh-process measurement (runs in the child): a dict of figures."""
-    import time
-
     from compat_distribute.testing import devices
 
     devices.set_virtual_devices(REPLICAS)
 
     import keras
-    import numpy as np
     import tensorflow as tf
 
     from compat_distribute import testing
@@ -77,16 +73,7 @@ def sample(kind):
             def predict(x):
                 return tf.matmul(x, weights[0]) + weights[1]
 
-    rng = np.random.RandomState(0)
-    x = rng.rand(REPLICAS, BATCH, WIDTH).astype("float32")
-    y = rng.rand(REPLICAS, BATCH, 1).astype("float32")
-
-    def per_replica(array):
-        return strategy.experimental_distribute_values_from_function(
-            lambda ctx: tf.constant(array[ctx.replica_id_in_sync_group])
-        )
-
-    xs, ys = per_replica(x), per_replica(y)
+    xs, ys = _common.regression_inputs(strategy, REPLICAS, BATCH, WIDTH)
     traces, accumulators = [], []
 
     def accumulate(grads):
@@ -124,18 +111,13 @@ def sample(kind):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        start = time.perf_counter()
-        first_loss = float(train(xs, ys))
-        first_call = time.perf_counter() - start
-    warm = []
-    for _ in range(WARM_CALLS):
-        start = time.perf_counter()
-        loss = float(train(xs, ys))
-        warm.append(time.perf_counter() - start)
+        first_call, warm_step, first_loss, loss = _common.first_and_warm(
+            lambda: train(xs, ys), WARM_CALLS
+        )
     assert loss < first_loss, (first_loss, loss)
     return {
         "first_call_s": first_call,
-        "warm_step_s": statistics.median(warm),
+        "warm_step_s": warm_step,
         "body_traces": len(traces),
         "function_traces": train.experimental_get_tracing_count(),
         "warnings": sorted({type(w.message).__name__ for w in caught}),

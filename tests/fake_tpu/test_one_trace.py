@@ -17,22 +17,6 @@ from compat_distribute.testing._fake_tpu import replicate
 REPLICAS = 8
 
 
-def _strategy(mode):
-    strategy = FakeTPUStrategy(FakeTPUClusterResolver("v3-8"))
-    replicate.set_trace_mode(strategy, mode)
-    return strategy
-
-
-@pytest.fixture(name="once", scope="module")
-def once_fixture():
-    return _strategy(replicate.ONCE)
-
-
-@pytest.fixture(name="per_replica", scope="module")
-def per_replica_fixture():
-    return _strategy(replicate.PER_REPLICA)
-
-
 @pytest.fixture(name="both", scope="module")
 def both_fixture(once, per_replica):
     return {replicate.ONCE: once, replicate.PER_REPLICA: per_replica}

@@ -19,8 +19,6 @@ import pytest
 import step_variables_programs as programs
 import tensorflow as tf
 
-from compat_distribute.testing import FakeTPUClusterResolver
-from compat_distribute.testing import FakeTPUStrategy
 from compat_distribute.testing._fake_tpu import replicate
 
 REPLICAS = 8
@@ -30,26 +28,10 @@ ON_WRITE = tf.VariableSynchronization.ON_WRITE
 Aggregation = tf.VariableAggregation
 
 
-def _strategy(mode):
-    strategy = FakeTPUStrategy(FakeTPUClusterResolver("v3-8"))
-    replicate.set_trace_mode(strategy, mode)
-    return strategy
-
-
-@pytest.fixture(name="once", scope="module")
-def once_fixture():
-    return _strategy(replicate.ONCE)
-
-
-@pytest.fixture(name="per_replica", scope="module")
-def per_replica_fixture():
-    return _strategy(replicate.PER_REPLICA)
-
-
 @pytest.fixture(name="unpacked", scope="module")
-def unpacked_fixture():
+def unpacked_fixture(new_v3_8):
     """Variables not packed in eager mode, as TF's tests set TPUStrategy."""
-    strategy = _strategy(replicate.ONCE)
+    strategy = new_v3_8(replicate.ONCE)
     strategy._enable_packed_variable_in_eager_mode = False  # pylint: disable=protected-access
     return strategy
 
@@ -293,9 +275,9 @@ def test_variable_made_before_a_merge_call_reads_zero_everywhere(once):
 
 
 @pytest.fixture(name="fresh_once")
-def fresh_once_fixture():
+def fresh_once_fixture(new_v3_8):
     """A strategy of its own: each strategy warns of a reason once."""
-    return _strategy(replicate.ONCE)
+    return new_v3_8(replicate.ONCE)
 
 
 def test_initial_value_from_the_steps_argument_runs_the_step_per_replica(fresh_once, per_replica):
