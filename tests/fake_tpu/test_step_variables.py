@@ -317,7 +317,8 @@ def test_initial_value_from_the_steps_argument_runs_the_step_per_replica(fresh_o
     assert outputs[0] == [[2.0 + 10.0 + i] * 2 for i in range(REPLICAS)]
 
 
-def test_initial_value_reading_another_variable_runs_the_step_per_replica(fresh_once):
+@pytest.mark.parametrize("initial", ["a read + 1", "the variable"])
+def test_initial_value_reading_another_variable_runs_the_step_per_replica(fresh_once, initial):
     once = fresh_once
     with once.scope():
         base = tf.Variable(7.0)
@@ -325,14 +326,16 @@ def test_initial_value_reading_another_variable_runs_the_step_per_replica(fresh_
 
     def replica_fn():
         if not made:
-            made.append(tf.Variable(base.read_value() + 1.0))
+            base.assign_add(1.0)  # the new variable reads it after this, as the step runs
+            made.append(tf.Variable(base.read_value() + 1.0 if initial == "a read + 1" else base))
         return made[0].read_value()
 
     @tf.function
     def step():
         return once.run(replica_fn)
 
+    expected = 9.0 if initial == "a read + 1" else 8.0
     with pytest.warns(RuntimeWarning, match="takes its initial value from its arguments or variables"):
-        assert _local(once, step()) == [8.0] * REPLICAS
-    assert _local(once, made[0]) == [8.0] * REPLICAS
+        assert _local(once, step()) == [expected] * REPLICAS
+    assert _local(once, made[0]) == [expected] * REPLICAS
     assert _devices(once, made[0]) == CORES

@@ -285,6 +285,9 @@ def _lifted(initial_value):
     if callable(initial_value):
         with tf.init_scope():
             return initial_value()
+    unliftable = FallBack("a variable it creates takes its initial value from its arguments or variables")
+    if isinstance(initial_value, tf.Variable):  # read when the step runs, not now
+        raise unliftable
     if not tf.is_symbolic_tensor(initial_value):
         return initial_value
 
@@ -295,9 +298,7 @@ def _lifted(initial_value):
         try:
             return tf.function(lift, autograph=False)()
         except _tf.UnliftableError:
-            raise FallBack(
-                "a variable it creates takes its initial value from its arguments or variables"
-            ) from None
+            raise unliftable from None
 
 
 def own_copy(extended, var):
