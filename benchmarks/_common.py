@@ -74,6 +74,62 @@ def compare(candidate, baseline, *, repeats=15, number=20, warmup=3):
     }
 
 
+def spread(values):
+    """min / median / max of repeated measurements, and their count."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
+
+
+def regression_inputs(strategy, replicas, batch, width):
+    """Per-replica random inputs `x` (batch x width) and targets `y` (batch x 1), seeded."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.RandomState(0)
+    arrays = rng.rand(replicas, batch, width).astype("float32"), rng.rand(replicas, batch, 1).astype("float32")
+    return tuple(
+        strategy.experimental_distribute_values_from_function(
+            lambda ctx, array=array: tf.constant(array[ctx.replica_id_in_sync_group])
+        )
+        for array in arrays
+    )
+
+
+def first_and_warm(call, warm_calls):
+    """Times `call()` once, then `warm_calls` more; returns the first call's seconds,
+    the warm calls' median, and the first and last results (as floats)."""
+    start = time.perf_counter()
+    first = float(call())
+    first_s = time.perf_counter() - start
+    warm, last = [], first
+    for _ in range(warm_calls):
+        start = time.perf_counter()
+        last = float(call())
+        warm.append(time.perf_counter() - start)
+    return first_s, statistics.median(warm), first, last
+
+
+def fresh_sample(script, args, timeout_s):
+    """Runs `python script --sample *args` in a fresh process (with this package
+    importable); returns the JSON object of its last line that is one."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    what = f"{os.path.basename(script)} --sample {' '.join(map(str, args))}"
+    try:
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(script), "--sample", *map(str, args)],
+            capture_output=True, text=True, timeout=timeout_s, env=env, check=False,
+        )
+    except subprocess.TimeoutExpired as timeout:
+        raise RuntimeError(f"{what} took over {timeout_s} s") from timeout
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{what} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
 def table_row(measure, result, target=""):
     """A README row for a compare() result: the ratio and both absolute times."""
     spread = (

@@ -15,8 +15,6 @@ was traced. Figures are min / median / max over the repeats.
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -33,14 +31,11 @@ SAMPLE_TIMEOUT_S = 900
 
 def sample(kind, replicas):
     """One fresh-process measurement (runs in the child): a dict of figures."""
-    import time
-
     from compat_distribute.testing import devices
 
     devices.set_virtual_devices(replicas)
 
     import keras
-    import numpy as np
     import tensorflow as tf
 
     from compat_distribute import testing
@@ -60,16 +55,7 @@ def sample(kind, replicas):
         model.build((None, WIDTH))
         optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
         optimizer.build(model.trainable_variables)
-    rng = np.random.RandomState(0)
-    x = rng.rand(replicas, BATCH, WIDTH).astype("float32")
-    y = rng.rand(replicas, BATCH, 1).astype("float32")
-
-    def per_replica(array):
-        return strategy.experimental_distribute_values_from_function(
-            lambda ctx: tf.constant(array[ctx.replica_id_in_sync_group])
-        )
-
-    xs, ys = per_replica(x), per_replica(y)
+    xs, ys = _common.regression_inputs(strategy, replicas, BATCH, WIDTH)
     traces = []
 
     def step(x, y):
@@ -84,52 +70,18 @@ def sample(kind, replicas):
     def train(x, y):
         return strategy.reduce("SUM", strategy.run(step, args=(x, y)), axis=None)
 
-    start = time.perf_counter()
-    first_loss = float(train(xs, ys))
-    first_call = time.perf_counter() - start
-    warm = []
-    for _ in range(WARM_CALLS):
-        start = time.perf_counter()
-        loss = float(train(xs, ys))
-        warm.append(time.perf_counter() - start)
+    first_call, warm_step, first_loss, loss = _common.first_and_warm(lambda: train(xs, ys), WARM_CALLS)
     assert loss < first_loss, (first_loss, loss)
     return {
         "first_call_s": first_call,
-        "warm_step_s": statistics.median(warm),
+        "warm_step_s": warm_step,
         "body_traces": len(traces),
         "last_loss": loss,
     }
 
 
-def _spread(values):
-    return {
-        "min": min(values),
-        "median": statistics.median(values),
-        "max": max(values),
-        "n": len(values),
-    }
-
-
 def run_sample(kind, replicas):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env.get("PYTHONPATH", "")]
-    )
-    try:
-        proc = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--sample", kind, str(replicas)],
-            capture_output=True,
-            text=True,
-            timeout=SAMPLE_TIMEOUT_S,
-            env=env,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as timeout:
-        raise RuntimeError(f"{kind} at {replicas} replicas took over {SAMPLE_TIMEOUT_S} s") from timeout
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{kind} at {replicas} replicas failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    return _common.fresh_sample(__file__, [kind, replicas], SAMPLE_TIMEOUT_S)
 
 
 def main(repeats, replica_counts):
@@ -142,8 +94,8 @@ def main(repeats, replica_counts):
                 print(f"  {kind} x{replicas}: {samples[kind][-1]}", flush=True)
         for kind in KINDS:
             rows[f"{kind} x{replicas}"] = {
-                "first_call_s": _spread([s["first_call_s"] for s in samples[kind]]),
-                "warm_step_s": _spread([s["warm_step_s"] for s in samples[kind]]),
+                "first_call_s": _common.spread([s["first_call_s"] for s in samples[kind]]),
+                "warm_step_s": _common.spread([s["warm_step_s"] for s in samples[kind]]),
                 "body_traces": sorted({s["body_traces"] for s in samples[kind]}),
             }
     table = []

@@ -21,6 +21,7 @@ INTERNALS = {
     "TPUStrategyV2": f"{_DISTRIBUTE}.tpu_strategy:TPUStrategyV2",
     "validate_run_function": f"{_DISTRIBUTE}.tpu_strategy:validate_run_function",
     "maybe_partial_apply_variables": f"{_DISTRIBUTE}.tpu_strategy:_maybe_partial_apply_variables",
+    "maybe_init_scope": f"{_DISTRIBUTE}.tpu_strategy:maybe_init_scope",
     "MirroredExtended": f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended",
     "Strategy": f"{_DISTRIBUTE}.distribute_lib:Strategy",
     "DistributedVariable": f"{_DISTRIBUTE}.values:DistributedVariable",
@@ -45,6 +46,9 @@ INTERNALS = {
     "variable_accessed": "tensorflow.python.eager.tape:variable_accessed",
     # The fake TPU's one trace per step
     "select_replica": f"{_DISTRIBUTE}.distribute_utils:select_replica",
+    # Variables made in the one trace: their initial values lifted out of it, as tf.function does.
+    "lift_to_graph": "tensorflow.python.eager.lift_to_graph:lift_to_graph",
+    "UnliftableError": "tensorflow.python.ops.op_selector:UnliftableError",
     "regroup": f"{_DISTRIBUTE}.distribute_utils:regroup",
     # XLA check
     "get_all_registered_kernels": "tensorflow.python.framework.kernels:get_all_registered_kernels",
@@ -111,6 +115,7 @@ OVERRIDES = (
     (_MIRRORED, "_gather_to_implementation"),
     (_MIRRORED, "_update"),
     (_MIRRORED, "_update_non_slot"),
+    (_MIRRORED, "_get_variable_creator_initial_value"),  # called for each copy
     # The replica context of the fake's one trace per step.
     (f"{_DISTRIBUTE}.distribute_lib:ReplicaContext", "_merge_call"),
     (f"{_DISTRIBUTE}.distribute_lib:ReplicaContext", "_replica_id"),

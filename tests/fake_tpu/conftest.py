@@ -9,6 +9,7 @@ import compat_distribute
 from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import FakeTPUStrategy
 from compat_distribute.testing import initialize_tpu_system
+from compat_distribute.testing._fake_tpu import replicate
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -24,6 +25,31 @@ def free_iterators_before_exit():
 @pytest.fixture(name="v3_8", scope="module")
 def v3_8_fixture():
     return FakeTPUStrategy(FakeTPUClusterResolver("v3-8"))
+
+
+def v3_8_tracing(mode):
+    """A fake v3-8 strategy that traces its steps in `mode` (see replicate.py)."""
+    strategy = FakeTPUStrategy(FakeTPUClusterResolver("v3-8"))
+    replicate.set_trace_mode(strategy, mode)
+    return strategy
+
+
+@pytest.fixture(name="new_v3_8", scope="session")
+def new_v3_8_fixture():
+    """`v3_8_tracing`, for a test that needs a strategy of its own."""
+    return v3_8_tracing
+
+
+@pytest.fixture(name="once", scope="module")
+def once_fixture():
+    """A v3-8 tracing each step once, whatever $COMPAT_DISTRIBUTE_FAKE_TPU_TRACE says."""
+    return v3_8_tracing(replicate.ONCE)
+
+
+@pytest.fixture(name="per_replica", scope="module")
+def per_replica_fixture():
+    """A v3-8 tracing each step once per replica, as MirroredStrategy does."""
+    return v3_8_tracing(replicate.PER_REPLICA)
 
 
 @pytest.fixture(name="v4_8", scope="module")

@@ -11,25 +11,10 @@ import tensorflow as tf
 
 from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import FakeTPUStrategy
+from compat_distribute.testing._fake_tpu import collectives
 from compat_distribute.testing._fake_tpu import replicate
 
 REPLICAS = 8
-
-
-def _strategy(mode):
-    strategy = FakeTPUStrategy(FakeTPUClusterResolver("v3-8"))
-    replicate.set_trace_mode(strategy, mode)
-    return strategy
-
-
-@pytest.fixture(name="once", scope="module")
-def once_fixture():
-    return _strategy(replicate.ONCE)
-
-
-@pytest.fixture(name="per_replica", scope="module")
-def per_replica_fixture():
-    return _strategy(replicate.PER_REPLICA)
 
 
 @pytest.fixture(name="both", scope="module")
@@ -42,7 +27,7 @@ def rings_fixture(request, monkeypatch):
     """The one trace's sums as one ring over the replicas or, as from 16 replicas
     on, two: within pairs of replicas, then across the pairs (groups of 2 and 4)."""
     if request.param == "two rings":
-        monkeypatch.setattr(replicate, "TWO_STAGE_MIN_REPLICAS", 2)
+        monkeypatch.setattr(collectives, "TWO_STAGE_MIN_REPLICAS", 2)
     return request.param
 
 

@@ -155,6 +155,22 @@ class FakeTPUExtended(_input.QuietInputMixin, _TPUInput):
             )
         return variables.adopt(super()._create_variable(next_creator, **kwargs))
 
+    def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
+        """TPUExtended's rule: the initial value is computed once, on the first
+        copy's device, and every copy starts from that tensor.
+
+        MirroredExtended starts copy k > 0 from a read of copy 0, which inside a
+        function depends on copy 0's captured handle: TensorFlow cannot lift it
+        out of a step that creates variables. MirroredExtended's loop passes
+        copy 0's return value to the later copies as `initial_value`.
+        """
+        del replica_id, device, primary_var  # The same value for every copy.
+        initial_value = kwargs["initial_value"]
+        if callable(initial_value):
+            with _tf.maybe_init_scope():
+                return initial_value()
+        return initial_value
+
     def _call_for_each_replica(self, fn, args, kwargs):
         return super()._call_for_each_replica(self._in_tpu_replica_context(fn), args, kwargs)
 

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from compat_distribute import _env
 from compat_distribute.testing import _tf
+from compat_distribute.testing._fake_tpu import collectives
 from compat_distribute.testing._fake_tpu import extended as extended_lib
 
 ENV = "COMPAT_DISTRIBUTE_FAKE_TPU_TRACE"
@@ -166,7 +167,15 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
             return _tf.MirroredExtended._call_for_each_replica(self, fn, args, kwargs)
 
     def _create_variable(self, next_creator, **kwargs):
-        return register_variable(super()._create_variable(next_creator, **kwargs))
+        in_trace = _trace_of(self) is not None and tf.inside_function()
+        if in_trace:
+            # Its copies are made outside the trace, eagerly, from an initial value
+            # computed once there, as tf.function lifts a variable's initialisation.
+            # tf.function's creators pass it on unseen, so the step is traced once.
+            kwargs["initial_value"] = _lifted(kwargs["initial_value"])
+            kwargs["experimental_enable_variable_lifting"] = False
+        with tf.init_scope() if in_trace else contextlib.nullcontext():
+            return register_variable(super()._create_variable(next_creator, **kwargs))
 
     # Cross-replica operations inside the one trace.
 
@@ -181,12 +190,16 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
         if isinstance(reduce_op, str):
             reduce_op = tf.distribute.ReduceOp(reduce_op.upper())
         values = [_replica_tensor(self, v) for v, _ in value_destination_pairs]
-        return all_reduce(self, reduce_op, values)
+        return collectives.all_reduce(self, reduce_op, values, _trace_of(self)[1])
 
     def _gather_to_implementation(self, value, destinations, axis, options):
-        if _trace_of(self) is None:
+        trace = _trace_of(self)
+        if trace is None:
             return super()._gather_to_implementation(value, destinations, axis, options)
-        return all_gather(self, _replica_tensor(self, value), axis)
+        tensor = _replica_tensor(self, value)
+        if tensor.shape.rank is None and len(self.worker_devices) > 1:
+            raise FallBack("all_gather of a tensor of unknown rank")
+        return collectives.all_gather(self, tensor, axis, trace[1])
 
     def _broadcast_to(self, tensor, destinations):
         trace = _trace_of(self)
@@ -195,9 +208,8 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
         # The first replica's value, as TPUExtended._broadcast_to in a TPU context.
         tensor = _replica_tensor(self, tensor)
         first = tf.equal(trace[1], 0)
-        return all_reduce(
-            self, tf.distribute.ReduceOp.SUM, [tf.where(first, tensor, tf.zeros_like(tensor))]
-        )[0]
+        masked = tf.where(first, tensor, tf.zeros_like(tensor))
+        return collectives.all_reduce(self, tf.distribute.ReduceOp.SUM, [masked], trace[1])[0]
 
     def _update(self, var, fn, args, kwargs, group):
         if _trace_of(self) is None:
@@ -212,6 +224,30 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
             return super()._update_non_slot(colocate_with, fn, args, kwargs, group)
         result = fn(*args, **kwargs)
         return result if group else (result,)
+
+
+def _lifted(initial_value):
+    """`initial_value` of a variable made in the trace, computed outside it: a
+    callable is called there; a tensor of the trace is lifted out of it as
+    tf.function lifts initialisers, unless it reads the trace's arguments or a
+    variable (a placeholder of the trace): then the step runs per replica."""
+    if callable(initial_value):
+        with tf.init_scope():
+            return initial_value()
+    unliftable = FallBack("a variable it creates takes its initial value from its arguments or variables")
+    if isinstance(initial_value, tf.Variable):  # read when the step runs, not now
+        raise unliftable
+    if not tf.is_symbolic_tensor(initial_value):
+        return initial_value
+
+    def lift():
+        return _tf.lift_to_graph([initial_value], tf.compat.v1.get_default_graph())[initial_value]
+
+    with tf.init_scope():
+        try:
+            return tf.function(lift, autograph=False)()
+        except _tf.UnliftableError:
+            raise unliftable from None
 
 
 def own_copy(extended, var):
@@ -233,113 +269,6 @@ def _replica_tensor(extended, value):
     if isinstance(value, tf.distribute.DistributedValues):
         raise FallBack("a per-replica value reached a cross-replica operation")
     return tf.convert_to_tensor(value)
-
-
-# Collectives.
-
-
-# From this many replicas on, a sum is two rings; below, the second costs more than it
-# saves (CPU a training step, v3-8: 7.5 against 6.6 ms; 32 replicas: 41 against 47).
-TWO_STAGE_MIN_REPLICAS = 16
-
-
-def _collective(extended, tensor, groups, which):
-    """One CollectiveReduceV2 sum over each of `groups` (lists of canonical devices,
-    equal sizes); `which` is the index of this replica's group, a tensor."""
-    keys = _tf.collective_keys(extended)
-    group_keys, instance_keys = [], []
-    for devices in groups:
-        group_keys.append(keys.get_group_key(devices))
-        instances = {keys.get_instance_key(group_keys[-1], d) for d in devices}
-        if len(instances) != 1:
-            raise RuntimeError(
-                f"The fake TPU's collective instance keys differ between its devices "
-                f"({sorted(instances)}): a collective ran on some replicas only."
-            )
-        instance_keys.append(instances.pop())
-    if len(groups) == 1:
-        group_key, instance_key = group_keys[0], instance_keys[0]
-    else:
-        group_key = tf.gather(tf.constant(group_keys, tf.int32), which)
-        instance_key = tf.gather(tf.constant(instance_keys, tf.int32), which)
-    return tf.raw_ops.CollectiveReduceV2(
-        input=tensor,
-        group_size=len(groups[0]),
-        group_key=group_key,
-        instance_key=instance_key,
-        ordering_token=[],
-        merge_op="Add",
-        final_op="Id",
-        communication_hint="ring",
-    )
-
-
-def _collective_sum(extended, tensor):
-    """`tensor` summed over every replica.
-
-    A ring over N devices costs each of them 2(N-1) steps in turn. From
-    TWO_STAGE_MIN_REPLICAS on: a ring within groups of `a` consecutive replicas
-    (`a` the largest divisor of N at most its square root), then one across the
-    groups among replicas of equal rank: 2(a-1) + 2(N/a-1) steps, 20 for 62 at 32.
-    """
-    devices = [_tf.canonicalize_device(d) for d in extended.worker_devices]
-    count = len(devices)
-    inner = 1
-    if count >= TWO_STAGE_MIN_REPLICAS:
-        inner = max(a for a in range(1, int(count**0.5) + 1) if count % a == 0)
-    if inner == 1:
-        return _collective(extended, tensor, [devices], None)
-    replica_id = _trace_of(extended)[1]
-    groups = [devices[g : g + inner] for g in range(0, count, inner)]
-    tensor = _collective(extended, tensor, groups, replica_id // inner)
-    ranks = [devices[r::inner] for r in range(inner)]
-    return _collective(extended, tensor, ranks, replica_id % inner)
-
-
-def all_reduce(extended, reduce_op, tensors):
-    """Each tensor summed (or averaged) over the replicas; one collective per dtype."""
-    count = len(extended.worker_devices)
-    if count == 1:  # No collective, as MirroredStrategy on one device: XLA compiles the step whole.
-        return list(tensors)
-    by_dtype = {}
-    for i, t in enumerate(tensors):
-        by_dtype.setdefault(t.dtype, []).append(i)
-    results = [None] * len(tensors)
-    for dtype, indices in by_dtype.items():
-        wide = dtype == tf.bool
-        parts = [tf.reshape(tf.cast(tensors[i], tf.int32) if wide else tensors[i], [-1]) for i in indices]
-        packed = parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
-        summed = _collective_sum(extended, packed)
-        if reduce_op == tf.distribute.ReduceOp.MEAN:
-            if dtype.is_floating or dtype.is_complex:
-                summed = summed / tf.cast(count, dtype)
-            else:
-                summed = summed // count
-        sizes = [tf.size(tensors[i]) for i in indices]
-        pieces = [summed] if len(parts) == 1 else tf.split(summed, sizes)
-        for i, piece in zip(indices, pieces):
-            piece = tf.reshape(piece, tf.shape(tensors[i]))
-            results[i] = tf.cast(piece, tf.bool) if wide else piece
-    return results
-
-
-def all_gather(extended, tensor, axis):
-    """`tensor` of every replica, in replica order, concatenated along `axis`.
-
-    Summed into this replica's slot of a stack (TPUs need equal shapes on
-    every replica too), so the order is the replicas' whatever the group's
-    device ranks are.
-    """
-    trace = _trace_of(extended)
-    count = len(extended.worker_devices)
-    if count == 1:
-        return tensor
-    if tensor.shape.rank is None:
-        raise FallBack("all_gather of a tensor of unknown rank")
-    slot = tf.one_hot(trace[1], count, dtype=tensor.dtype)
-    stacked = tf.reshape(slot, [count] + [1] * tensor.shape.rank) * tensor[tf.newaxis]
-    stacked = _collective_sum(extended, stacked)
-    return tf.concat(tf.unstack(stacked, num=count), axis=axis)
 
 
 # The one trace.
