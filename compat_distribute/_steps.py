@@ -195,7 +195,9 @@ def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
     TF1 way, not lifted out of a function), and what runs each step is what
     `fn` returns and the outputs it sets. The first step is built before the
     loop so that the loop carries outputs of a known structure; it runs
-    before the loop, which runs `iterations - 1` more.
+    before the loop, which runs `iterations - 1` more. One step (`iterations`
+    known to be 1) builds no loop, as TPUExtended does, so the values `fn` set
+    with `set_non_tensor_output` are the caller graph's and can be fetched.
     """
     import tensorflow as tf
 
