@@ -64,6 +64,15 @@ def inter_op_threads(device_count):
     return device_count + _machine_cores()
 
 
+def config_inter_op_threads(device_count):
+    """`inter_op_parallelism_threads` for the `ConfigProto` of a server holding
+    `device_count` devices: `inter_op_threads`, or 0 (TensorFlow reads its
+    variable) where TF_NUM_INTEROP_THREADS chose the size."""
+    if device_count < 2 or _pool_size_from_environment():
+        return 0
+    return inter_op_threads(device_count)
+
+
 def fewest_inter_op_threads(device_count):
     """Below this, distributed input over `device_count` devices can block forever."""
     return device_count + 1

@@ -169,6 +169,14 @@ def test_devices_made_before_tensorflow_started_elsewhere_are_checked(run_python
     ]
 
 
+def test_a_pod_host_server_gets_the_same_pool_unless_the_environment_chose(monkeypatch):
+    monkeypatch.delenv(devices.INTER_OP_ENV, raising=False)
+    assert devices.config_inter_op_threads(8) == devices.inter_op_threads(8) == 8 + len(os.sched_getaffinity(0))
+    assert devices.config_inter_op_threads(1) == 0  # one device: TensorFlow's own size
+    monkeypatch.setenv(devices.INTER_OP_ENV, "3")
+    assert devices.config_inter_op_threads(8) == 0  # the server reads the variable itself
+
+
 def test_this_session_pool_was_sized_with_its_devices():
     # The plugin created the session's devices before TensorFlow started.
     cpus = len(tf.config.list_logical_devices("CPU"))
