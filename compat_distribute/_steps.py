@@ -191,7 +191,9 @@ def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
     TF1 way, not lifted out of a function), and what runs each step is what
     `fn` returns and the outputs it sets. The first step is built before the
     loop so that the loop carries outputs of a known structure; it runs
-    before the loop, which runs `iterations - 1` more.
+    before the loop, which runs `iterations - 1` more. One step (`iterations`
+    known to be 1) builds no loop, as TPUExtended does, so the values `fn` set
+    with `set_non_tensor_output` are the caller graph's and can be fetched.
     """
     import tensorflow as tf
 
@@ -231,21 +233,27 @@ def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
 
         with tf.control_dependencies(first_ops + tf.nest.flatten(first)):
             start = tf.constant(1, tf.int64)
-        loop = tf.while_loop(
-            lambda i, *flat: i < iterations,
-            body,
-            [start] + tf.nest.flatten(first),
-            parallel_iterations=1,
-        )
-    outputs = tf.nest.pack_sequence_as(first, loop[1:])
+        if tf.get_static_value(iterations) == 1:
+            # As on a TPU: one step builds no loop and runs in the caller's graph,
+            # so the values it set with set_non_tensor_output can be fetched.
+            outputs, steps_run = first, start
+        else:
+            loop = tf.while_loop(
+                lambda i, *flat: i < iterations,
+                body,
+                [start] + tf.nest.flatten(first),
+                parallel_iterations=1,
+            )
+            outputs = tf.nest.pack_sequence_as(first, loop[1:])
+            with tf.control_dependencies(loop[1:]):
+                steps_run = tf.identity(loop[0])
     reduce_ops = _tf.last_step_reduce_ops(ctx)
     last = {
         name: values[0] if reduce_ops.get(name) is not None else _tf.regroup(values)
         for name, values in outputs.items()
     }
     done = _tf.multi_step_context(last, reduce_ops, ctx.non_tensor_outputs)
-    with tf.control_dependencies(loop[1:]):
-        done.run_op = tf.identity(loop[0])
+    done.run_op = steps_run
     return done
 
 

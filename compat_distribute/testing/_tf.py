@@ -52,6 +52,12 @@ INTERNALS = {
     "regroup": f"{_DISTRIBUTE}.distribute_utils:regroup",
     # XLA check
     "get_all_registered_kernels": "tensorflow.python.framework.kernels:get_all_registered_kernels",
+    # Outside compilation in a fake TPU step: TF's implementation is routed to
+    # the fake's; a split tensor's tiling is read from its annotation.
+    "tpu_replication": "tensorflow.python.tpu.tpu_replication",
+    "outside_compilation_impl": "tensorflow.python.tpu.tpu_replication:outside_compilation_impl",
+    "get_tensor_sharding": "tensorflow.python.compiler.xla.experimental.xla_sharding:get_tensor_sharding",
+    "get_sharding_tile_shape": "tensorflow.python.compiler.xla.experimental.xla_sharding:get_sharding_tile_shape",
     # Fake TPU pods
     "is_device_list_single_worker": f"{_DISTRIBUTE}.mirrored_strategy:_is_device_list_single_worker",
     # Fake TPU device assignments

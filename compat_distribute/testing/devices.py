@@ -1,7 +1,13 @@
 """The one place that creates virtual (logical) devices, and the one limit on how many.
 
 TensorFlow fixes its devices when the runtime starts, so they are set before it.
+The devices share TensorFlow's inter-op pool, sized to the cores; a distributed
+iterator holds one of its threads per device, so the pool is sized with the
+devices (`inter_op_threads`), or a 2-core machine's steps block forever.
 """
+
+import os
+import warnings
 
 from compat_distribute import _validate
 
@@ -31,6 +37,93 @@ def check_count(name, n, *, fix=""):
             f"devices one process gets); got {n}.{fix}"
         )
     return n
+
+
+# The variable TensorFlow reads for its inter-op pool's size when no config sets it.
+INTER_OP_ENV = "TF_NUM_INTEROP_THREADS"
+# The pool size set_virtual_devices chose, or None: a size it set is its own to grow.
+_pool_we_set = None
+
+
+def _machine_cores():
+    """The cores TensorFlow sizes its pools to (the CPUs this process may run on)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def inter_op_threads(device_count):
+    """The inter-op pool set_virtual_devices gives `device_count` logical devices:
+    a thread per device on top of the machine's cores (TensorFlow's own default)."""
+    return device_count + _machine_cores()
+
+
+def config_inter_op_threads(device_count):
+    """`inter_op_parallelism_threads` for the `ConfigProto` of a server holding
+    `device_count` devices: `inter_op_threads`, or 0 (TensorFlow reads its
+    variable) where TF_NUM_INTEROP_THREADS chose the size."""
+    if device_count < 2 or _pool_size_from_environment():
+        return 0
+    return inter_op_threads(device_count)
+
+
+def fewest_inter_op_threads(device_count):
+    """Below this, distributed input over `device_count` devices can block forever."""
+    return device_count + 1
+
+
+def _pool_too_small(size, source, device_count):
+    fewest = fewest_inter_op_threads(device_count)
+    return RuntimeWarning(
+        f"TensorFlow's inter-op thread pool has {size} thread(s) ({source}) for "
+        f"{device_count} logical devices: a distributed iterator holds a thread per device "
+        f"while it waits for input, so a step can block forever with fewer than {fewest}. "
+        f"Set tf.config.threading.set_inter_op_parallelism_threads({fewest}) or more "
+        f"(or unset it, and {INTER_OP_ENV}, to let set_virtual_devices size the pool) "
+        f"before TensorFlow starts."
+    )
+
+
+def _pool_size_from_environment():
+    """TF_NUM_INTEROP_THREADS as TensorFlow reads it: a positive int, else unset (0)."""
+    try:
+        return max(int(os.environ.get(INTER_OP_ENV, "")), 0)
+    except ValueError:
+        return 0
+
+
+def _set_pool(tf, size):
+    """Sets the pool's size; False when the runtime has started (a configuration
+    that asks for the devices it started with gets this far)."""
+    global _pool_we_set
+    try:
+        tf.config.threading.set_inter_op_parallelism_threads(size)
+    except RuntimeError:
+        return False
+    _pool_we_set = size
+    return True
+
+
+def _size_inter_op_pool(tf, device_count, started):
+    """Gives the pool `inter_op_threads(device_count)` threads, unless the user chose a
+    size (kept, with a warning when too small) or the runtime started (checked only)."""
+    if device_count < 2:
+        return  # One device shares the pool with nothing.
+    configured = tf.config.threading.get_inter_op_parallelism_threads()
+    from_environment = _pool_size_from_environment()
+    if configured and configured != _pool_we_set:
+        size, source = configured, "set with set_inter_op_parallelism_threads"
+    elif not configured and from_environment:
+        size, source = from_environment, f"${INTER_OP_ENV}"
+    elif not started and _set_pool(tf, inter_op_threads(device_count)):
+        return
+    elif configured:
+        size, source = configured, "sized by set_virtual_devices before TensorFlow started"
+    else:
+        size, source = _machine_cores(), "TensorFlow's default: the machine's cores"
+    if size < fewest_inter_op_threads(device_count):
+        warnings.warn(_pool_too_small(size, source, device_count), stacklevel=3)
 
 
 def _too_late(n, device_type, existing):
@@ -97,6 +190,8 @@ def set_virtual_devices(n, device_type="CPU", *, memory_limit_mb=None):
         existing = tf.config.list_logical_devices(device_type)
         if len(existing) < n:
             raise _too_late(n, device_type, len(existing)) from None
+        _size_inter_op_pool(tf, len(existing), started=True)
         return [d.name for d in existing[:n]]
+    _size_inter_op_pool(tf, count, started=False)
     # Not started yet: the names are known without starting it.
     return [f"/job:localhost/replica:0/task:0/device:{device_type}:{i}" for i in range(n)]

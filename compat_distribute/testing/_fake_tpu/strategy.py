@@ -12,6 +12,7 @@ from compat_distribute import keras as cd_keras
 from compat_distribute import _validate
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import keras_tpu
+from compat_distribute.testing._fake_tpu import outside_compilation
 from compat_distribute.testing._fake_tpu import replicate
 from compat_distribute.testing._fake_tpu import system
 
@@ -88,7 +89,8 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
         self._check_traced(fn, args, kwargs)
         self.extended._runs_in_progress += 1  # pylint: disable=protected-access
         try:
-            outputs = super().run(fn, args=args, kwargs=kwargs, options=options)
+            with outside_compilation.in_steps():
+                outputs = super().run(fn, args=args, kwargs=kwargs, options=options)
         finally:
             self.extended._runs_in_progress -= 1  # pylint: disable=protected-access
         if self.num_replicas_in_sync == 1:

@@ -17,6 +17,7 @@ import sys
 import traceback
 
 from compat_distribute._tf_config import parse_tf_config
+from compat_distribute.testing import devices as devices_lib
 from compat_distribute.testing.cluster import protocol
 
 __all__ = ["main"]
@@ -34,7 +35,11 @@ def _start_server(tf_config, devices, boot_job):
         tf.train.ClusterSpec(cluster),
         job_name=boot_job or tf_config.task_type,
         task_index=tf_config.task_id,
-        config=tf.compat.v1.ConfigProto(device_count={"CPU": devices}),
+        # Its devices share the server's inter-op pool, sized as set_virtual_devices sizes it.
+        config=tf.compat.v1.ConfigProto(
+            device_count={"CPU": devices},
+            inter_op_parallelism_threads=devices_lib.config_inter_op_threads(devices),
+        ),
         protocol="grpc",
         start=True,
     )
