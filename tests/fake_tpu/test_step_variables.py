@@ -11,7 +11,6 @@ runs per replica, as MirroredStrategy runs it, with a warning.
 
 import json
 import os
-import sys
 import warnings
 
 import numpy as np
@@ -72,9 +71,9 @@ def _assert_trains_as_one_device(fake, one_device):
     assert (one_device["step_traces"], one_device["function_traces"]) == (2, 2)
 
 
+@pytest.mark.usefixtures("no_warnings")
 @pytest.mark.parametrize("optimizer", programs.OPTIMIZERS)
-def test_guide_loop_builds_slots_in_the_step_and_trains_as_one_device(once, optimizer, no_warnings):
-    del no_warnings
+def test_guide_loop_builds_slots_in_the_step_and_trains_as_one_device(once, optimizer):
     fake = programs.guide_loop(once, optimizer)
     one_device = programs.guide_loop(tf.distribute.OneDeviceStrategy("/cpu:0"), optimizer)
     _assert_trains_as_one_device(fake, one_device)
@@ -170,13 +169,13 @@ def _kind_step(strategy, synchronization, aggregation):
     }
 
 
+@pytest.mark.usefixtures("no_warnings")
 @pytest.mark.parametrize(
     "synchronization, aggregation", KINDS, ids=[f"{s.name}-{a.name}" for s, a in KINDS]
 )
 def test_variable_made_in_the_step_has_a_tpus_values_and_placement(
-    once, per_replica, synchronization, aggregation, no_warnings
+    once, per_replica, synchronization, aggregation
 ):
-    del no_warnings
     got = _kind_step(once, synchronization, aggregation)
     initial = got["first read"][0]
     # One initial value for every copy, one copy on each core.
