@@ -23,10 +23,12 @@ def pytest_sessionfinish(session):
 
 
 def _keras_version():
-    try:
-        return importlib.metadata.version("keras")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    for distribution in ("keras", "keras-nightly"):  # the same package, `keras`
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return None
 
 
 # Tests about Keras 3 (its bugs, its variables, its warnings) carry
