@@ -3,10 +3,10 @@
 The TPU guide's custom loop: a Keras model and a Keras 3 optimizer made under
 the strategy's scope, not built, and a `tf.function` that runs the step with
 `strategy.run`; the optimizer builds its slots on its first `apply_gradients`,
-inside the step. Run per replica, MirroredStrategy's way, each slot is
-initialised under a `tf.cond` whose collective key is a call-time capture
-(keras-team/keras#19246's root cause): the fix the fake starts for itself lets
-it train, and without it the step fails.
+inside the step. On TensorFlow's MirroredStrategy that loop fails
+(keras-team/keras#19246's root cause: a collective under a `tf.cond` whose key
+is a call-time capture) unless `multi_step_fix()` is started; on the fake it
+trains with no opt-in, traced once or per replica.
 """
 
 import numpy as np
@@ -16,7 +16,6 @@ import tensorflow as tf
 import compat_distribute
 from compat_distribute import testing
 from compat_distribute.testing import _fake_tpu
-from keras_helpers import fails_without_the_fakes_own_fix
 
 keras = pytest.importorskip("keras")
 
@@ -72,7 +71,12 @@ def test_a_custom_loop_building_its_optimizer_in_the_step_trains_per_replica():
 
 
 @pytest.mark.requires_keras3
-def test_without_the_fakes_own_fix_that_loop_fails_as_on_mirrored_strategy():
-    strategy = fake_tpu_per_replica()
-    with fails_without_the_fakes_own_fix(strategy):
-        custom_loop_losses(strategy)
+def test_that_loop_fails_on_mirrored_strategy_where_the_fake_needs_no_opt_in():
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"
+    ):
+        custom_loop_losses(mirrored)
+    one_device = custom_loop_losses(tf.distribute.get_strategy())
+    traced_once = compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 2)))
+    np.testing.assert_allclose(custom_loop_losses(traced_once), one_device, rtol=1e-5)
