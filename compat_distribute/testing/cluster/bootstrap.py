@@ -1,7 +1,7 @@
 """The first code of every task process (internal): `python -m` this module.
 
     python -m compat_distribute.testing.cluster.bootstrap FD PARENT_PID DEATH_SIGNAL MAIN [ARG ...]
-    python -m compat_distribute.testing.cluster.bootstrap --zygote FD PARENT_PID DEATH_SIGNAL [MAIN ...]
+    python -m compat_distribute.testing.cluster.bootstrap FD PARENT_PID DEATH_SIGNAL --zygote [MAIN ...]
 
 FD: the process's end of its socket to the launcher; DEATH_SIGNAL: "1" to set
 the parent-death signal (Linux); MAIN: "module" or "module:function", whose
@@ -133,12 +133,10 @@ def main(argv):
     # Imports no TensorFlow (only `serve` does); a parent that dies meanwhile is caught below.
     from compat_distribute.testing.cluster import zygote  # pylint: disable=g-import-not-at-top
 
-    if argv[0] == zygote.FLAG:
-        fd, parent, death_signal, *mains = argv[1:]
-        _tie_to_parent(int(parent), death_signal == "1")
-        zygote.serve(int(fd), int(parent), mains, _run_forked, ORPHAN_EXIT_CODE)
     fd, parent, death_signal, main_name = argv[:4]
     _tie_to_parent(int(parent), death_signal == "1")
+    if main_name == zygote.FLAG:
+        zygote.serve(int(fd), int(parent), argv[4:], _run_forked, ORPHAN_EXIT_CODE)
     _run(int(fd), int(parent), main_name, argv[4:])
 
 

@@ -274,9 +274,8 @@ class LocalCluster:
         stacks = launcher_lib.dump_stacks(tasks)
         # Read before the teardown: a killed task is no longer stopped.
         stopped = {t.name for t in tasks if t.stopped()}
-        zygote = self._launcher.zygote
         # The tasks die with their zygote: then it is the one to name.
-        died = None if zygote is None else zygote.failure(f"during run({function})")
+        died = self._launcher.zygote_failure(f"during run({function})")
         self._launcher.stop(graceful=False)
         if died is not None:
             self._failure = str(died).splitlines()[0]

@@ -11,10 +11,13 @@ from compat_distribute._tf_config import TFConfig
 __all__ = ["cluster_spec", "for_task", "task_keys", "task_name"]
 
 
-def task_keys(num_workers, has_chief):
-    """(task_type, task_id) of every task, in result order: the chief first."""
+def task_keys(num_workers, has_chief=False, ps=0, evaluator=False):
+    """(task_type, task_id) of every task, in result order: chief, workers,
+    parameter servers, evaluator (the order of TensorFlow's own test clusters)."""
     keys = [("chief", 0)] if has_chief else []
-    return keys + [("worker", i) for i in range(num_workers)]
+    keys += [("worker", i) for i in range(num_workers)]
+    keys += [("ps", i) for i in range(ps)]
+    return keys + ([("evaluator", 0)] if evaluator else [])
 
 
 def task_name(task_type, task_id):
