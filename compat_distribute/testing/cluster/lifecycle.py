@@ -99,7 +99,10 @@ class LocalCluster:
 
     @property
     def running(self) -> bool:
-        return self._launcher.running
+        """Whether every task of the cluster runs: False before `start()`,
+        after a fault, and once any task's process has ended."""
+        tasks = self._launcher.tasks
+        return len(tasks) == len(self._task_keys()) and not any(t.has_exited() for t in tasks)
 
     @property
     def directory(self) -> str | None:

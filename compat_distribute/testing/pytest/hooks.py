@@ -24,6 +24,7 @@ from compat_distribute.testing.pytest import markers
 from compat_distribute.testing.pytest import options
 from compat_distribute.testing.pytest import session as session_state
 # The fixtures are the plugin's when they are attributes of this module.
+from compat_distribute.testing.pytest.fixtures import _compat_distribute_cluster_pool  # noqa: F401
 from compat_distribute.testing.pytest.fixtures import _compat_distribute_multi_device  # noqa: F401
 from compat_distribute.testing.pytest.fixtures import local_cluster  # noqa: F401
 from compat_distribute.testing.pytest.fixtures import mirrored_strategy  # noqa: F401
@@ -73,7 +74,7 @@ def pytest_runtest_setup(item):
     session = session_state.of(item.config)
     if not session.usable:
         session.tpu().backend()  # Fails the test with why the session cannot run.
-    markers.count(item, "multi_worker")  # Checks the argument.
+    markers.cluster_shape(item)  # Checks the arguments.
 
 
 @pytest.hookimpl(wrapper=True)
