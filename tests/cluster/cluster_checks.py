@@ -4,9 +4,11 @@
 import os
 import sys
 import tempfile
+import time
 
 import pytest
 
+from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import launcher
 from compat_distribute.testing.cluster import netns
 
@@ -113,3 +115,19 @@ def listening(ports):
                         address = ".".join(str(b) for b in reversed(bytes.fromhex(address)))
                     found.setdefault(int(port, 16), []).append(address)
     return found
+
+
+def wait_for(condition, timeout, interval=0.01):
+    """Whether `condition()` became true within `timeout` seconds (scaled)."""
+    deadline = time.monotonic() + deadlines.scaled(timeout)
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def wait_gone(pids, timeout):
+    """The `pids` still running after `timeout` seconds (scaled), [] once all are gone."""
+    wait_for(lambda: not any(running(p) for p in pids), timeout)
+    return [p for p in pids if running(p)]

@@ -289,3 +289,38 @@ def ignore_exit(argv, conn):
         libc.pthread_mutex_lock(mutex)  # A normal mutex locked again: waits for good.
     while True:
         conn.recv()
+
+
+def exit_on_worker_1_once(marker):
+    """Worker 1 exits with code 3 the first time (a file `marker` says it did)."""
+    if cluster.current_task() == ("worker", 1) and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(3)
+    return cluster.current_task()
+
+
+def raise_tf_error_on_worker_1():
+    import tensorflow as tf
+
+    if cluster.current_task() == ("worker", 1):
+        raise tf.errors.InvalidArgumentError(None, None, "shapes [2] and [3] differ")
+    return "fine"
+
+
+def raise_on_worker_1_once(marker):
+    """Worker 1 raises the first time (a file `marker` says it did)."""
+    if cluster.current_task() == ("worker", 1) and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise ValueError("first try fails")
+    return cluster.current_task()
+
+
+def sleep_then_task(seconds):
+    time.sleep(seconds)
+    return cluster.current_task()
+
+
+def exit_on_chief(code):
+    if cluster.current_task() == ("chief", 0):
+        os._exit(code)
+    time.sleep(60)

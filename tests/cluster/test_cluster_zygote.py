@@ -188,7 +188,7 @@ def test_a_zygote_killed_mid_launch_fails_it_naming_the_zygote_and_leaves_nothin
         f"COMPAT_DISTRIBUTE_ZYGOTE=0 to start each task as a fresh process instead.\n"
         f"Output of the zygote (last lines):\n"
     ), message
-    assert not c.running and c.pids == []
+    assert not c.running and c.pids == [None, None]
     assert_no_leaks([pid for _, pid in launched])
     assert os.listdir(temp_dir) == []
     # A zygote is no task: it is not in the error's task fields.

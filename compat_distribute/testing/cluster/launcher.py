@@ -98,6 +98,7 @@ class Launcher:
         self.tasks: list[task_lib.Task] = []
         self.helpers: list[task_lib.Task] = []
         self.zygote: zygote_lib.Zygote | None = None
+        self._zygote_considered = False
 
     @property
     def network(self) -> str:
@@ -139,6 +140,7 @@ class Launcher:
         try:
             self.net = netns.open_network(network)
             self.workdir = workdir_lib.WorkDir()
+            self._zygote_considered = False
             yield self
         except BaseException:
             self.stop(graceful=False)
@@ -180,7 +182,8 @@ class Launcher:
         """Starts a process per spec (a zygote first where it would fork two or
         more); on any failure kills those started and re-raises. Returns the tasks."""
         task_specs, helper_specs = list(task_specs), list(helper_specs)
-        if self.zygote is None:
+        if not self._zygote_considered:  # Once per launch: a later spawn starts fresh processes.
+            self._zygote_considered = True
             self._start_zygote(task_specs + helper_specs)
         launched = []
         try:
@@ -197,12 +200,18 @@ class Launcher:
         return launched[: len(task_specs)]
 
     def respawn(self, task):
-        """A new process for `task`'s spec (same TF_CONFIG, log and TMPDIR) in
-        its place; `task` must have ended, and is reaped."""
+        """A new process for `task`'s spec (same TF_CONFIG, port, log and
+        TMPDIR) in its place, once `task`'s process group is killed and reaped."""
+        self.discard(task)
         new = self._start(task.spec)
-        self.tasks[self.tasks.index(task)] = new
-        task.reap()
+        self.tasks.append(new)
         return new
+
+    def discard(self, task):
+        """Kills and reaps `task`'s process group; it is no longer launched."""
+        task.kill()
+        task.reap()
+        self.tasks.remove(task)
 
     def _start(self, spec):
         zygote = self.zygote

@@ -210,10 +210,11 @@ class TaskRaised:
 
 @dataclasses.dataclass(frozen=True)
 class TaskDied:
-    """A task's connection closed during a call: the process ended."""
+    """A task's process ended during a call."""
 
     task: str
     exitcode: int | None  # None: still not reaped after the grace period.
+    by: str = ""  # What ended it on purpose ("kill_task"), if anything.
 
 
 # -- Functions by reference -------------------------------------------------

@@ -13,12 +13,15 @@ from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster.errors import ClusterError
 from compat_distribute.testing.cluster.errors import ClusterTaskError
 from compat_distribute.testing.cluster.errors import ClusterTimeoutError
+from compat_distribute.testing.cluster.errors import task_error_class
 
 __all__ = [
     "SIGTERM_EXIT_CODE",
     "TAIL_LINES",
     "call_failure",
     "call_timeout",
+    "causes_first",
+    "died_between_runs",
     "exit_reason",
     "format_outputs",
     "format_stacks",
@@ -69,9 +72,13 @@ def _state(task, stopped, *, start=False):
     return exit_reason(code)
 
 
+def _died(failure):
+    return exit_reason(failure.exitcode) + (f" ({failure.by})" if failure.by else "")
+
+
 def _failure_summary(failure):
     if isinstance(failure, protocol.TaskDied):
-        return exit_reason(failure.exitcode)
+        return _died(failure)
     # The texts end in a full stop of their own.
     return f"raised {failure.raised.type}: {failure.raised.message.rstrip('.')}"
 
@@ -122,8 +129,20 @@ def call_timeout(call, limit, tasks, pending, stacks, outputs, stopped):
     )
 
 
-def call_failure(call, tasks, failures, pending, stacks, outputs, stopped):
-    """The ClusterTaskError for `failures` (typed, first one first) in a call.
+def causes_first(failures):
+    """`failures` with the tasks that died first (in the order seen), then
+    those that raised: a peer's error (UnavailableError, say) is the symptom
+    of a task that died."""
+    return [f for f in failures if isinstance(f, protocol.TaskDied)] + [
+        f for f in failures if not isinstance(f, protocol.TaskDied)
+    ]
+
+
+def call_failure(call, tasks, failures, pending, stacks, outputs, stopped, cause=None):
+    """The ClusterTaskError for `failures` (typed, the cause first, see
+    `causes_first`) in a call; `cause`: the first task's own exception, whose
+    class the error also is (`errors.task_error_class`) and whose attributes
+    it keeps.
 
     A stopped task is named first: the others fail or wait because of it.
     """
@@ -139,7 +158,7 @@ def call_failure(call, tasks, failures, pending, stacks, outputs, stopped):
         failures = [None] + list(failures)
     elif isinstance(first, protocol.TaskDied):
         task = next(t for t in tasks if t.name == first.task)
-        headline = f"{task.name} {exit_reason(first.exitcode)} during run({call})"
+        headline = f"{task.name} {_died(first)} during run({call})"
         exitcode, remote_tb, detail = first.exitcode, "", ""
     else:
         task = next(t for t in tasks if t.name == first.task)
@@ -151,7 +170,14 @@ def call_failure(call, tasks, failures, pending, stacks, outputs, stopped):
     if rest:
         others += f"\nStill running when the call failed: {', '.join(t.name for t in rest)}."
     quiet = isinstance(first, protocol.TaskRaised) and not pending
-    return ClusterTaskError(
+    error_class = ClusterTaskError
+    if cause is not None and not stopped_tasks and isinstance(first, protocol.TaskRaised):
+        error_class = task_error_class(type(cause))
+    error = error_class.__new__(error_class)
+    if error_class is not ClusterTaskError:
+        error.__dict__.update(vars(cause))  # The task's exception's own attributes.
+    ClusterTaskError.__init__(
+        error,
         f"local_cluster: {headline}. The cluster was torn down.{others}{detail}"
         f"{format_outputs(outputs, [task] + rest)}"
         f"{'' if quiet else format_stacks(stacks, tasks, stopped)}",
@@ -161,6 +187,20 @@ def call_failure(call, tasks, failures, pending, stacks, outputs, stopped):
         remote_traceback=remote_tb,
         output_tail=tail(outputs[task.name]),
         stacks=stacks,
+    )
+    return error
+
+
+def died_between_runs(name, key, pid, code, call, output):
+    """The error for a task whose process ended after the last run, noticed before `call`."""
+    return ClusterTaskError(
+        f"local_cluster: {name} (pid {pid}) {exit_reason(code)} after the last run, so "
+        f"run({call}) could not start. The cluster was torn down.\n"
+        f"Output of {name} (last lines):\n{indent(tail(output))}",
+        task_type=key[0],
+        task_id=key[1],
+        exitcode=code,
+        output_tail=tail(output),
     )
 
 
