@@ -324,3 +324,39 @@ def exit_on_chief(code):
     if cluster.current_task() == ("chief", 0):
         os._exit(code)
     time.sleep(60)
+
+
+def ps_training_through_a_worker_restart(worker_pid, steps):
+    """Parameter-server training from the chief: `steps` steps, then worker 0
+    (pid `worker_pid`) is killed, as a preempted worker, and `steps` more are
+    scheduled; join() returns once the worker is back and has run them.
+    Returns the step counter on the parameter server after each half."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        counter = tf.Variable(0.0)
+
+    @tf.function
+    def step():
+        counter.assign_add(1.0)
+
+    for _ in range(steps):
+        coordinator.schedule(step)
+    coordinator.join()
+    before = float(counter.numpy())
+    os.kill(worker_pid, signal.SIGKILL)
+    for _ in range(steps):
+        coordinator.schedule(step)
+    coordinator.join()
+    return before, float(counter.numpy()), len(strategy.extended.parameter_devices)
+
+
+def job_facts():
+    """This task's view of the cluster, as TensorFlow's resolver reads TF_CONFIG."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return resolver.task_type, resolver.task_id, sorted(resolver.cluster_spec().jobs)

@@ -50,9 +50,9 @@ def test_a_failing_test_fails_alone_and_each_test_gets_the_size_it_asks_for(pyte
             assert local_cluster.run(task) == [("worker", i) for i in range(4)]
 
 
-        @pytest.mark.multi_worker(1, has_chief=True)
-        def test_a_chief(local_cluster):
-            assert local_cluster.run(task) == [("chief", 0), ("worker", 0)]
+        @pytest.mark.multi_worker(1, has_chief=True, ps=1)
+        def test_a_chief_and_a_parameter_server(local_cluster):
+            assert local_cluster.run(task) == [("chief", 0), ("worker", 0), ("ps", 0)]
 
 
         def test_unmarked_gets_two(local_cluster):

@@ -19,6 +19,7 @@ __all__ = [
     "hooks",
     "num_workers",
     "positive_seconds",
+    "task_count",
     "task_key",
     "task_selection",
     "task_signal",
@@ -38,6 +39,18 @@ def num_workers(value):
             f"local_cluster(2)."
         )
     return n
+
+
+def task_count(name, value):
+    """A count of tasks that may be 0 (ps), at most MAX_WORKERS."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= 0; got {_validate.show(value)}.")
+    if not 0 <= value <= MAX_WORKERS:
+        raise ValueError(
+            f"{name} must be an int in 0..{MAX_WORKERS} (each task is a process that imports "
+            f"TensorFlow); got {value}."
+        )
+    return value
 
 
 def devices_per_worker(value):

@@ -56,6 +56,8 @@ class LocalCluster:
         num_workers=2,
         *,
         has_chief=False,
+        ps=0,
+        evaluator=False,
         devices_per_worker=1,
         timeout=120,
         env=None,
@@ -67,6 +69,8 @@ class LocalCluster:
     ):
         self._num_workers = checks.num_workers(num_workers)
         self._has_chief = checks.flag("has_chief", has_chief)
+        self._ps = checks.task_count("ps", ps)
+        self._evaluator = checks.flag("evaluator", evaluator)
         self._devices_per_worker = checks.devices_per_worker(devices_per_worker)
         self._timeout = checks.positive_seconds("timeout", timeout)
         self._start_timeout = (
@@ -85,7 +89,7 @@ class LocalCluster:
             who="local_cluster(network='auto') runs its tasks",
             opt_out="Pass network='host'",
         )
-        self._keys = tf_config.task_keys(self._num_workers, self._has_chief)
+        self._keys = tf_config.task_keys(self._num_workers, self._has_chief, self._ps, self._evaluator)
         self._cluster_spec: dict[str, tuple[str, ...]] = {}
         self._specs: dict[tuple[str, int], task_lib.TaskSpec] = {}
         self._down: dict[tuple[str, int], str] = {}  # Why a launched task does not run.
@@ -102,7 +106,7 @@ class LocalCluster:
 
     @property
     def task_names(self) -> list[str]:
-        """Tasks in result order: "chief 0" first, then "worker 0", "worker 1"..."""
+        """Tasks in result order: "chief 0", "worker 0", "worker 1"..., "ps 0"..., "evaluator 0"."""
         return [tf_config.task_name(*key) for key in self._keys]
 
     @property
@@ -277,6 +281,8 @@ class LocalCluster:
         env = self._launcher.process_env(tf_config.task_name(task_type, task_id))
         env["TF_CONFIG"] = tf_config.for_task(self._cluster_spec, task_type, task_id).to_json()
         argv = ("--devices", str(self._devices_per_worker))
+        if self._ps and task_type in tf_config.SERVING_JOBS:
+            argv += ("--serve",)  # As TensorFlow's parameter-server training has them.
         return task_lib.TaskSpec(task_type, task_id, _WORKER_MAIN, argv, env)
 
     def _launch(self, keys):
@@ -285,7 +291,8 @@ class LocalCluster:
         self._failure = self.job_ended = None
         self._forget_tasks()
         with self._launcher.launching() as launcher:
-            self._cluster_spec = tf_config.cluster_spec(self._keys, launcher.pick_ports(len(self._keys)))
+            named = tf_config.in_cluster_spec(self._keys)
+            self._cluster_spec = tf_config.cluster_spec(named, launcher.pick_ports(len(named)))
             self._specs = {key: self._task_spec(*key) for key in self._keys}
             launcher.spawn([self._specs[key] for key in keys])
             launcher.wait_ready()
@@ -500,6 +507,14 @@ def local_cluster(num_workers=2, **options) -> LocalCluster:
     Args:
         num_workers: number of "worker" tasks (1 to 64).
         has_chief: also start a "chief" task; it comes first in results.
+        ps: number of "ps" (parameter server) tasks (0 to 64). With ps > 0,
+            every "worker" and "ps" task starts its tf.distribute.Server from
+            its TF_CONFIG before it is ready (and again when restarted), as
+            parameter-server training needs: run the coordinator on the chief
+            with `run_on("chief", fn)`.
+        evaluator: also start an "evaluator" task (last in results); its
+            TF_CONFIG names the cluster of the others and task evaluator 0, as
+            TensorFlow's side-car evaluation expects.
         devices_per_worker: virtual CPU devices each task gets (1 to 256), set up
             before the function runs any op.
         timeout: seconds a `run` may take before it fails with every task's stack.

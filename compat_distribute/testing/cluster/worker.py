@@ -2,11 +2,13 @@
 
 Internal: not part of the public API; the names below may change.
 
-Started by `bootstrap` (TF_CONFIG set, `--devices D`), which armed the
-stack dump and said `Alive`. `main` enters the task (`context.enter`), makes D
-virtual CPU devices, says `Ready`, then answers each `protocol.Call` with a
-`Result` or `Raised` until `Exit` or until the cluster's end of the connection
-closes. It builds no TensorFlow state of its own: the functions it runs do.
+Started by `bootstrap` (TF_CONFIG set, `--devices D`, `--serve`), which
+armed the stack dump and said `Alive`. `main` enters the task
+(`context.enter`), makes D virtual CPU devices, starts the task's
+tf.distribute.Server with `--serve` (a worker or ps task of parameter-server
+training), says `Ready`, then answers each `protocol.Call` with a `Result`
+or `Raised` until `Exit` or until the cluster's end of the connection closes.
+Otherwise it builds no TensorFlow state of its own: the functions it runs do.
 """
 
 import argparse
@@ -20,6 +22,7 @@ from compat_distribute._tf_config import parse_tf_config
 from compat_distribute.testing import devices
 from compat_distribute.testing.cluster import context
 from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster import server
 
 __all__ = ["main"]
 
@@ -40,11 +43,15 @@ def main(argv, conn):
     """Serves calls on `conn` until told to exit; returns the exit status."""
     parser = argparse.ArgumentParser(prog="local_cluster worker")
     parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--serve", action="store_true")
     flags = parser.parse_args(argv)
     try:
-        context.enter(parse_tf_config(os.environ["TF_CONFIG"]))
+        config = parse_tf_config(os.environ["TF_CONFIG"])
+        context.enter(config)
         # Before any op: logical devices are fixed once the runtime starts.
         devices.set_virtual_devices(flags.devices, "CPU")
+        if flags.serve:
+            context.keep(server.start_server(config, flags.devices, boot_job=""))
     except BaseException:  # pylint: disable=broad-except
         conn.send(protocol.StartupFailed(traceback.format_exc()))
         return 1

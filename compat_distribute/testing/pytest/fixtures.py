@@ -138,8 +138,9 @@ def _compat_distribute_cluster_pool():
 def local_cluster(request, _compat_distribute_cluster_pool):  # pylint: disable=redefined-outer-name
     """A running local cluster of the shape the test's marker asks for.
 
-    `@pytest.mark.multi_worker(n, has_chief=False)`: n worker processes (2
-    without the marker or n), and a chief first when asked. `run(fn, *args)`
+    `@pytest.mark.multi_worker(n, has_chief=False, ps=0)`: n worker processes
+    (2 without the marker or n), a chief first and ps parameter servers when
+    asked. `run(fn, *args)`
     runs a module-level function in every task (see
     `compat_distribute.testing.cluster.local_cluster`). A healthy cluster of
     the same shape is reused by the next test; one that a fault tore down, or

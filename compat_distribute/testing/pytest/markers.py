@@ -3,9 +3,9 @@
     tpu               needs a real TPU; skipped on the fake.
     multi_device(n)   needs n replicas; skipped with fewer (see `fixtures`).
                       The largest n also sets the devices created (`devices`).
-    multi_worker(n, has_chief=False)
+    multi_worker(n, has_chief=False, ps=0)
                       the shape of the test's `local_cluster` fixture: n
-                      workers (2 when left out), and a chief if asked.
+                      workers (2 when left out), a chief, ps parameter servers.
 """
 
 import pytest
@@ -15,11 +15,12 @@ from compat_distribute.testing import devices
 LINES = (
     "tpu: needs a real TPU; skipped when the TPU is the fake (compat_distribute)",
     "multi_device(n): needs at least n replicas; skipped with fewer (compat_distribute)",
-    "multi_worker(n, has_chief=False): the test's local_cluster fixture is a cluster of n "
-    "worker processes (2 when n is left out), with a chief task when asked (compat_distribute)",
+    "multi_worker(n, has_chief=False, ps=0): the test's local_cluster fixture is a cluster of n "
+    "worker processes (2 when n is left out), with a chief and ps parameter-server tasks when "
+    "asked (compat_distribute)",
 )
 # The keywords of multi_worker besides n, and what each accepts.
-CLUSTER_KEYWORDS = {"has_chief": "True or False"}
+CLUSTER_KEYWORDS = {"has_chief": "True or False", "ps": "an int >= 0"}
 # The workers of the local_cluster fixture when multi_worker leaves n out.
 DEFAULT_WORKERS = 2
 
@@ -68,11 +69,11 @@ def count(item, name):
 
 def cluster_shape(item):
     """The `local_cluster` arguments of the test's multi_worker marker:
-    {"num_workers": n, "has_chief": bool}; fails a bad one."""
+    {"num_workers": n, "has_chief": bool, "ps": int}; fails a bad one."""
     n = count(item, "multi_worker")
     marker = item.get_closest_marker("multi_worker")
     given = {} if marker is None else marker.kwargs
-    shape = {"num_workers": DEFAULT_WORKERS if n is None else n, "has_chief": False}
+    shape = {"num_workers": DEFAULT_WORKERS if n is None else n, "has_chief": False, "ps": 0}
     for keyword, accepted in CLUSTER_KEYWORDS.items():
         value = given.get(keyword, shape[keyword])
         valid = isinstance(value, bool) if keyword == "has_chief" else (
