@@ -360,3 +360,12 @@ def job_facts():
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return resolver.task_type, resolver.task_id, sorted(resolver.cluster_spec().jobs)
+
+
+def build_strategy_then_sleep(seconds):
+    """Builds MultiWorkerMirroredStrategy itself (not through worker_strategy), then sleeps."""
+    import tensorflow as tf
+
+    tf.distribute.MultiWorkerMirroredStrategy()
+    print("strategy built", flush=True)
+    time.sleep(seconds)

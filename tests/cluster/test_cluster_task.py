@@ -126,7 +126,8 @@ def test_a_task_that_exits_when_asked_gets_no_signal(temp_dir):
 
 def test_the_watchdog_frames_left_out_of_stack_dumps_are_the_bootstraps():
     from compat_distribute.testing.cluster import bootstrap
+    from compat_distribute.testing.cluster import sigterm
 
     assert task_lib.WATCHDOG_FRAMES == ("_exit_when_orphaned", "_end_on_sigterm")
     assert callable(bootstrap._exit_when_orphaned)
-    assert callable(bootstrap._SigtermEnds._end_on_sigterm)
+    assert callable(sigterm._Ends._end_on_sigterm)

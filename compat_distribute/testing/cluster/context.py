@@ -12,6 +12,7 @@ import contextlib
 
 from compat_distribute import _validate
 from compat_distribute._tf_config import TFConfig
+from compat_distribute.testing.cluster import sigterm
 
 # Public: current_task and worker_strategy. enter, keep, importing and
 # check_can_launch are internal (the worker's main and the launcher call them).
@@ -128,6 +129,7 @@ def worker_strategy(factory=None):
         # from the same class-level base and reuse the others' keys.
         _tf.give_next_multi_worker_strategies_own_keys()
         strategy = factory()
+        sigterm.reclaim()  # Building it gave SIGTERM to TensorFlow's preemption notifier.
         _check_built(factory, strategy)
         _strategies[factory] = strategy
     return _strategies[factory]

@@ -15,7 +15,9 @@ by the launch's zygote where `zygote` allows (not when `LaunchHooks.command`
 replaces command lines), else as fresh processes. `respawn` starts one task
 again from its spec. Stopping asks each process to exit, then SIGTERM, then
 SIGKILL to its process group; every process is reaped, the network closed and
-the directory removed. Launchers still running at exit are stopped.
+the directory removed. Launchers still running at exit are stopped, and so
+are they when a SIGTERM ends this process (where SIGTERM had its default
+action: see `_stop_on_sigterm`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import functools
 import os
 import signal
 import sys
+import threading
 import time
 import weakref
 from multiprocessing import connection as mp_connection
@@ -41,6 +44,7 @@ from compat_distribute.testing.cluster import workdir as workdir_lib
 from compat_distribute.testing.cluster import zygote as zygote_lib
 
 __all__ = [
+    "ENDING",
     "EXIT_GRACE_S",
     "Launcher",
     "STACK_DUMP_WAIT_S",
@@ -61,12 +65,34 @@ TERM_GRACE_S = 2.0
 _EXIT_POLL_S = 0.01
 
 _LIVE = weakref.WeakSet()
+# Set while a SIGTERM ends this process: what watches the tasks stands down.
+ENDING = threading.Event()
 
 
 @atexit.register
 def _stop_live_launchers():
     for launcher in list(_LIVE):
         launcher.stop(graceful=True)
+
+
+def _end_on_sigterm(signum, frame):
+    """Stops every launch (processes, networks, directories), then ends this
+    process by the SIGTERM it got, as its default action would have."""
+    del frame
+    ENDING.set()
+    for launcher in list(_LIVE):
+        launcher.stop(graceful=False)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _stop_on_sigterm():
+    """Where SIGTERM would end this process at once (its default action, as in
+    a pytest session), it first stops the launches. Set on the first launch
+    from the main thread; a handler of the program's own is left alone."""
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _end_on_sigterm)
 
 
 def running_launchers():
@@ -134,6 +160,7 @@ class Launcher:
         any error in the block stops what was launched."""
         context.check_can_launch()
         network = self.network
+        _stop_on_sigterm()
         self.stop(graceful=False)
         workdir_lib.reap_abandoned()
         _LIVE.add(self)

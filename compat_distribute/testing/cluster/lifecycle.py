@@ -355,7 +355,7 @@ class LocalCluster:
 
     def _notice_deaths(self):
         """Deals with the tasks that ended outside a run (the lock is held)."""
-        if not self._launcher.launched:
+        if not self._launcher.launched or launcher_lib.ENDING.is_set():
             return
         for task in list(self._launcher.tasks):
             if not task.has_exited():

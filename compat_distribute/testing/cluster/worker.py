@@ -23,6 +23,7 @@ from compat_distribute.testing import devices
 from compat_distribute.testing.cluster import context
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import server
+from compat_distribute.testing.cluster import sigterm
 
 __all__ = ["main"]
 
@@ -66,6 +67,7 @@ def main(argv, conn):
             conn.close()
             return 0
         answer = _answer(message)
+        sigterm.reclaim()  # The call may have built a strategy, which takes SIGTERM.
         sys.stdout.flush()
         sys.stderr.flush()
         conn.send_bytes(answer)

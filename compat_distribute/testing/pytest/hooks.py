@@ -23,6 +23,7 @@ from compat_distribute.testing.pytest import ending
 from compat_distribute.testing.pytest import markers
 from compat_distribute.testing.pytest import options
 from compat_distribute.testing.pytest import session as session_state
+from compat_distribute.testing.pytest import sigterm
 # The fixtures are the plugin's when they are attributes of this module.
 from compat_distribute.testing.pytest.fixtures import _compat_distribute_cluster_pool  # noqa: F401
 from compat_distribute.testing.pytest.fixtures import _compat_distribute_multi_device  # noqa: F401
@@ -40,7 +41,10 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     for line in markers.LINES:
         config.addinivalue_line("markers", line)
-    devices.set_up_given(session_state.start(config))
+    session = session_state.start(config)
+    if session.role is session_state.CONTROLLER:
+        sigterm.forward_to_workers()
+    devices.set_up_given(session)
 
 
 def pytest_report_header(config):
