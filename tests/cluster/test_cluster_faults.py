@@ -114,6 +114,20 @@ def test_task_that_exits_fails_the_call_with_every_stack():
 
 
 @pytest.mark.multi_worker(2)
+def test_sys_exit_in_a_task_ends_its_process_with_that_status():
+    c = local_cluster(2, timeout=30).start()
+    pids = c.pids
+    with pytest.raises(ClusterTaskError) as info:
+        c.run(tasks.exit_with, 42)
+    assert (info.value.task_type, info.value.task_id, info.value.exitcode) == ("worker", 1, 42)
+    assert str(info.value).startswith(
+        "local_cluster: worker 1 exited with code 42 during run(cluster_tasks:exit_with). The "
+        "cluster was torn down."
+    )
+    assert_no_leaks(pids)
+
+
+@pytest.mark.multi_worker(2)
 def test_hang_times_out_with_every_stack():
     c = local_cluster(2, timeout=6).start()
     pids = c.pids

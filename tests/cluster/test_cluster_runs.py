@@ -110,12 +110,15 @@ def test_chief_comes_first_and_alone_should_checkpoint(with_chief):
     assert with_chief.task_names == ["chief 0", "worker 0"]
     assert [(f["task_type"], f["task_id"]) for f in facts] == [("chief", 0), ("worker", 0)]
     assert [f["should_checkpoint"] for f in facts] == [True, False]
-    assert [f["num_replicas_in_sync"] for f in facts] == [2, 2]
+    # Three devices per task, and MultiWorkerMirroredStrategy uses them all.
+    assert [f["num_replicas_in_sync"] for f in facts] == [6, 6]
 
 
 @pytest.mark.multi_worker(2)
-def test_devices_per_worker_gives_virtual_cpus(with_chief):
+def test_devices_per_worker_gives_virtual_cpus_and_replicas(with_chief):
     assert with_chief.run(tasks.local_cpu_count) == [3, 3]
+    # Each of the 6 replicas adds 1.5.
+    assert with_chief.run(tasks.all_reduce_sum, 1.5) == [[9.0] * 3, [9.0] * 3]
 
 
 # --------------------------------------------------------------------------

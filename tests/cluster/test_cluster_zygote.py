@@ -214,7 +214,9 @@ def test_a_zygote_killed_during_a_run_is_named_and_leaves_nothing(temp_dir):
     )
     assert not c.running
     assert_no_leaks([pid for _, pid in launched])
-    assert os.listdir(temp_dir) == []
+    # The tasks' logs are kept, and the error says where.
+    assert str(raised.value).endswith(f"\nEvery task's log is kept in {raised.value.logs}")
+    assert os.listdir(temp_dir) == [os.path.basename(raised.value.logs)]
 
 
 @pytest.mark.multi_worker(2)

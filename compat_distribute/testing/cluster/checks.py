@@ -20,6 +20,8 @@ __all__ = [
     "num_workers",
     "positive_seconds",
     "task_count",
+    "task_env",
+    "task_env_hook",
     "task_key",
     "task_selection",
     "task_signal",
@@ -93,6 +95,24 @@ def env(env):
             "num_workers= and has_chief= to shape the cluster."
         )
     return dict(env)
+
+
+def task_env_hook(value):
+    if value is not None and not callable(value):
+        raise TypeError(
+            f"task_env must be None or a callable (task_type, task_id) -> dict of str -> str; "
+            f"got {_validate.show(value)}."
+        )
+    return value
+
+
+def task_env(hook, task_type, task_id):
+    """What `hook` gives the task, checked as `env` is (naming the task)."""
+    given = hook(task_type, task_id)
+    try:
+        return env(given)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"task_env({task_type!r}, {task_id}) returned {_validate.show(given)}: {e}") from None
 
 
 def hooks(value):

@@ -77,10 +77,12 @@ class ClusterTimeoutError(ClusterError, TimeoutError):
         stopped: the pending tasks that were stopped (SIGSTOP, a debugger):
             the likely cause, named first in the message.
         stacks: {"worker 0": Python stacks dumped at the timeout}.
+        logs: the directory where every task's log was kept, or None.
     """
 
-    def __init__(self, message, *, pending, stacks, stopped=()):
+    def __init__(self, message, *, pending, stacks, stopped=(), logs=None):
         super().__init__(message)
         self.pending = list(pending)
         self.stopped = list(stopped)
         self.stacks = dict(stacks)
+        self.logs = logs

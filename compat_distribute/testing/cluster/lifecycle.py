@@ -14,6 +14,7 @@ from compat_distribute.testing.cluster import calls
 from compat_distribute.testing.cluster import checks
 from compat_distribute.testing.cluster import launcher as launcher_lib
 from compat_distribute.testing.cluster import netns
+from compat_distribute.testing.cluster import output as output_lib
 from compat_distribute.testing.cluster import ports
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import report
@@ -61,11 +62,13 @@ class LocalCluster:
         devices_per_worker=1,
         timeout=120,
         env=None,
+        task_env=None,
         start_timeout=None,
         network="auto",
         hooks=None,
         auto_restart=False,
         chief_ends_job=False,
+        stream_output=False,
     ):
         self._num_workers = checks.num_workers(num_workers)
         self._has_chief = checks.flag("has_chief", has_chief)
@@ -80,6 +83,8 @@ class LocalCluster:
         )
         self._auto_restart = checks.flag("auto_restart", auto_restart)
         self._chief_ends_job = checks.flag("chief_ends_job", chief_ends_job)
+        self._stream_output = checks.flag("stream_output", stream_output)
+        self._streamer = None
         deadlines.scale()  # A bad $COMPAT_DISTRIBUTE_TIMEOUT_SCALE fails here.
         self._launcher = launcher_lib.Launcher(
             network=netns.check(network),
@@ -90,6 +95,8 @@ class LocalCluster:
             opt_out="Pass network='host'",
         )
         self._keys = tf_config.task_keys(self._num_workers, self._has_chief, self._ps, self._evaluator)
+        hook = checks.task_env_hook(task_env)
+        self._task_envs = {key: {} if hook is None else checks.task_env(hook, *key) for key in self._keys}
         self._cluster_spec: dict[str, tuple[str, ...]] = {}
         self._specs: dict[tuple[str, int], task_lib.TaskSpec] = {}
         self._down: dict[tuple[str, int], str] = {}  # Why a launched task does not run.
@@ -279,6 +286,7 @@ class LocalCluster:
 
     def _task_spec(self, task_type, task_id):
         env = self._launcher.process_env(tf_config.task_name(task_type, task_id))
+        env.update(self._task_envs[task_type, task_id])
         env["TF_CONFIG"] = tf_config.for_task(self._cluster_spec, task_type, task_id).to_json()
         argv = ("--devices", str(self._devices_per_worker))
         if self._ps and task_type in tf_config.SERVING_JOBS:
@@ -294,6 +302,10 @@ class LocalCluster:
             named = tf_config.in_cluster_spec(self._keys)
             self._cluster_spec = tf_config.cluster_spec(named, launcher.pick_ports(len(named)))
             self._specs = {key: self._task_spec(*key) for key in self._keys}
+            if self._stream_output:
+                self._streamer = output_lib.Streamer(
+                    {spec.name: launcher.workdir.log_path(spec.name) for spec in self._specs.values()}
+                )
             launcher.spawn([self._specs[key] for key in keys])
             launcher.wait_ready()
         self._down = {key: "not started" for key in self._keys if key not in keys}
@@ -387,9 +399,13 @@ class LocalCluster:
         if self._watcher is not None and self._watcher is not threading.current_thread():
             self._watcher.join()
         self._watcher = None
+        if self._streamer is not None:
+            self._streamer.pump(final=True)  # Before the logs go.
 
     def _watch(self, stop):
         while not stop.wait(WATCH_INTERVAL_S):
+            if self._streamer is not None:
+                self._streamer.pump()
             if self._lock.acquire(blocking=False):  # Else a run or a start is on.
                 try:
                     if not stop.is_set():
@@ -415,7 +431,10 @@ class LocalCluster:
             self._check_can_call(keys, function)
         if self._died:
             key, (pid, code, output) = next(iter(self._died.items()))
-            error = report.died_between_runs(tf_config.task_name(*key), key, pid, code, function, output)
+            logs = self._keep_logs()
+            error = report.died_between_runs(
+                tf_config.task_name(*key), key, pid, code, function, output, logs
+            )
             self._teardown(f"after a fault ({str(error).splitlines()[0]})")
             raise error
         down = [key for key in keys if key in self._down]
@@ -446,6 +465,11 @@ class LocalCluster:
             self._teardown(self._failure or "after an interrupted run")
             raise
 
+    def _keep_logs(self):
+        """Keeps every task's log past the teardown (see `workdir.keep_logs`); the path."""
+        self._stop_watcher()  # Streams what is left first.
+        return self._launcher.workdir.keep_logs()
+
     def _teardown(self, why):
         self._stop_watcher()
         self._launcher.stop(graceful=False)
@@ -466,15 +490,16 @@ class LocalCluster:
         stopped = {t.name for t in tasks if t.stopped()}
         # The tasks die with their zygote: then it is the one to name.
         died = self._launcher.zygote_failure(f"during run({function})")
+        logs = self._keep_logs()
         self._teardown("after a fault")
         if died is not None:
             self._failure = f"after a fault ({str(died).splitlines()[0]})"
-            raise died
+            raise report.with_logs(died, logs)
         if failures:
             first = failures[0]
             cause = first.raised.unpickled_exception() if isinstance(first, protocol.TaskRaised) else None
             error = report.call_failure(
-                function, seen, failures, pending, stacks, outputs, stopped, cause
+                function, seen, failures, pending, stacks, outputs, stopped, cause, logs
             )
         else:
             error = report.call_timeout(
@@ -485,6 +510,7 @@ class LocalCluster:
                 stacks,
                 outputs,
                 stopped,
+                logs,
             )
         # The bind failure shows in TF's log, or (when TF_CPP_MIN_LOG_LEVEL hides
         # the log) only in the exception the task raised.
@@ -522,6 +548,10 @@ def local_cluster(num_workers=2, **options) -> LocalCluster:
             (default 1; see `compat_distribute.testing.deadlines`).
         env: extra environment variables for the tasks (str -> str). TF_CONFIG is
             written by the cluster for each task and cannot be given here.
+        task_env: `(task_type, task_id) -> {str: str}`, more environment for
+            one task (e.g. CUDA_VISIBLE_DEVICES round robin), called once per
+            task when the cluster is made. A task whose environment differs from the
+            others' in a variable read at import starts as a fresh process.
         start_timeout: seconds the tasks may take to start (import TensorFlow);
             default max(timeout, 60).
         network: "private": every task runs in one network namespace of the
@@ -540,6 +570,9 @@ def local_cluster(num_workers=2, **options) -> LocalCluster:
         chief_ends_job: once the chief's process ends, every task is stopped
             and `run` raises ClusterError saying so (with auto_restart, only
             when the chief exits with status 0; otherwise it is restarted).
+        stream_output: write each task's output to this process's stdout as
+            it comes, each line behind "[worker-1] ". Either way a fault keeps
+            every task's log, and its error says where.
 
     Returns:
         A `LocalCluster`, not started: use it in a `with` statement, or call

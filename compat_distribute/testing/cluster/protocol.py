@@ -98,16 +98,18 @@ class Raised:
     exception: bytes | None = None  # Pickled, when the exception pickles.
 
     @classmethod
-    def from_exception(cls, call_id, e):
+    def from_exception(cls, call_id, e, hint=None):
+        """`e` as raised in the task; `hint`: what the task knows of its cause, if anything."""
         try:
             exception = pickle.dumps(e)
             pickle.loads(exception)
         except Exception:  # pylint: disable=broad-except
             exception = None
+        message = str(e) if hint is None else f"{str(e).rstrip()} (Hint: {hint})"
         return cls(
             call_id,
             type(e).__name__,
-            str(e),
+            message,
             "".join(traceback.format_exception(type(e), e, e.__traceback__)),
             exception,
         )

@@ -30,6 +30,7 @@ __all__ = [
     "start_failed",
     "start_timeout",
     "tail",
+    "with_logs",
     "zygote_died",
     "zygote_failed",
     "zygote_refused",
@@ -114,18 +115,31 @@ def _stopped_clause(stopped):
     return f"{names} {verb} stopped (SIGSTOP, SIGTSTP or a debugger) and cannot answer; "
 
 
-def call_timeout(call, limit, tasks, pending, stacks, outputs, stopped):
-    """`limit`: the deadline as `deadlines.describe` words it ("6 s")."""
+def _kept(logs):
+    return f"\nEvery task's log is kept in {logs}" if logs else ""
+
+
+def with_logs(error, logs):
+    """`error` (a zygote's, say), saying where the logs were kept."""
+    error.args = (f"{error.args[0]}{_kept(logs)}", *error.args[1:])
+    error.logs = logs
+    return error
+
+
+def call_timeout(call, limit, tasks, pending, stacks, outputs, stopped, logs=None):
+    """`limit`: the deadline as `deadlines.describe` words it ("6 s"); `logs`:
+    where the logs were kept, or None."""
     stopped_tasks, pending = _stopped_first(pending, stopped)
     names = ", ".join(t.name for t in pending)
     return ClusterTimeoutError(
         f"local_cluster: run({call}) did not finish within {limit} (timeout); "
         f"{_stopped_clause(stopped_tasks)}still running: {names}. The cluster was torn down."
         f"{format_outputs(outputs, pending)}"
-        f"{format_stacks(stacks, tasks, stopped)}",
+        f"{format_stacks(stacks, tasks, stopped)}{_kept(logs)}",
         pending=[t.name for t in pending],
         stopped=[t.name for t in stopped_tasks],
         stacks=stacks,
+        logs=logs,
     )
 
 
@@ -138,11 +152,11 @@ def causes_first(failures):
     ]
 
 
-def call_failure(call, tasks, failures, pending, stacks, outputs, stopped, cause=None):
+def call_failure(call, tasks, failures, pending, stacks, outputs, stopped, cause=None, logs=None):
     """The ClusterTaskError for `failures` (typed, the cause first, see
     `causes_first`) in a call; `cause`: the first task's own exception, whose
     class the error also is (`errors.task_error_class`) and whose attributes
-    it keeps.
+    it keeps; `logs`: where the logs were kept, or None.
 
     A stopped task is named first: the others fail or wait because of it.
     """
@@ -180,27 +194,29 @@ def call_failure(call, tasks, failures, pending, stacks, outputs, stopped, cause
         error,
         f"local_cluster: {headline}. The cluster was torn down.{others}{detail}"
         f"{format_outputs(outputs, [task] + rest)}"
-        f"{'' if quiet else format_stacks(stacks, tasks, stopped)}",
+        f"{'' if quiet else format_stacks(stacks, tasks, stopped)}{_kept(logs)}",
         task_type=task.task_type,
         task_id=task.task_id,
         exitcode=exitcode,
         remote_traceback=remote_tb,
         output_tail=tail(outputs[task.name]),
         stacks=stacks,
+        logs=logs,
     )
     return error
 
 
-def died_between_runs(name, key, pid, code, call, output):
+def died_between_runs(name, key, pid, code, call, output, logs):
     """The error for a task whose process ended after the last run, noticed before `call`."""
     return ClusterTaskError(
         f"local_cluster: {name} (pid {pid}) {exit_reason(code)} after the last run, so "
         f"run({call}) could not start. The cluster was torn down.\n"
-        f"Output of {name} (last lines):\n{indent(tail(output))}",
+        f"Output of {name} (last lines):\n{indent(tail(output))}{_kept(logs)}",
         task_type=key[0],
         task_id=key[1],
         exitcode=code,
         output_tail=tail(output),
+        logs=logs,
     )
 
 

@@ -7,7 +7,8 @@ armed the stack dump and said `Alive`. `main` enters the task
 (`context.enter`), makes D virtual CPU devices, starts the task's
 tf.distribute.Server with `--serve` (a worker or ps task of parameter-server
 training), says `Ready`, then answers each `protocol.Call` with a `Result`
-or `Raised` until `Exit` or until the cluster's end of the connection closes.
+or `Raised` until `Exit` or until the cluster's end of the connection closes;
+a function that calls sys.exit ends the task's process with that status.
 Otherwise it builds no TensorFlow state of its own: the functions it runs do.
 """
 
@@ -28,16 +29,53 @@ from compat_distribute.testing.cluster import sigterm
 __all__ = ["main"]
 
 
+# The module whose import started TensorFlow's runtime in this task, if one did.
+_started_tensorflow = None
+
+
+def _import(call):
+    """The module of `call`'s function, imported; notes a module whose import
+    ran TensorFlow (an op at its top level), which a strategy built later trips on."""
+    global _started_tensorflow
+    before = _runtime_started()
+    with context.importing(call.function):
+        module = importlib.import_module(call.module)
+    if not before and _runtime_started() and _started_tensorflow is None:
+        _started_tensorflow = call.module
+    return module
+
+
+def _runtime_started():
+    if "tensorflow" not in sys.modules:
+        return False
+    from compat_distribute.testing import _tf  # pylint: disable=g-import-not-at-top
+
+    return _tf.runtime_initialized()
+
+
+def _hint(e):
+    """Why `e` happened, when the import of a test module started TensorFlow."""
+    if _started_tensorflow is None or "program startup" not in str(e):
+        return None
+    return (
+        f"importing {_started_tensorflow!r} in this task ran TensorFlow at its top level (an "
+        f"op, a variable or a device query), which starts TensorFlow's runtime before the "
+        f"function could build its multi-worker strategy. Move that code into a function "
+        f"(or a fixture), so that the task's first TensorFlow call builds the strategy."
+    )
+
+
 def _answer(call):
-    """The pickled `Result` of `call`, or of the `Raised` that it raised."""
+    """The pickled `Result` of `call`, or of the `Raised` that it raised; a
+    SystemExit (sys.exit in the task's code) passes: the task's process ends."""
     try:
         args, kwargs = pickle.loads(call.payload)
-        with context.importing(call.function):
-            module = importlib.import_module(call.module)
-        fn = protocol.lookup(module, call.qualname)
+        fn = protocol.lookup(_import(call), call.qualname)
         return protocol.dumps_result(call, fn(*args, **kwargs))
+    except SystemExit:
+        raise
     except BaseException as e:  # pylint: disable=broad-except
-        return protocol.dumps(protocol.Raised.from_exception(call.call_id, e))
+        return protocol.dumps(protocol.Raised.from_exception(call.call_id, e, _hint(e)))
 
 
 def main(argv, conn):
@@ -51,6 +89,10 @@ def main(argv, conn):
         context.enter(config)
         # Before any op: logical devices are fixed once the runtime starts.
         devices.set_virtual_devices(flags.devices, "CPU")
+        if flags.devices > 1:
+            from compat_distribute.testing import _tf  # pylint: disable=g-import-not-at-top
+
+            _tf.give_multi_worker_strategies_local_cpus(flags.devices)
         if flags.serve:
             context.keep(server.start_server(config, flags.devices, boot_job=""))
     except BaseException:  # pylint: disable=broad-except
@@ -66,7 +108,14 @@ def main(argv, conn):
         if isinstance(message, protocol.Exit):
             conn.close()
             return 0
-        answer = _answer(message)
+        try:
+            answer = _answer(message)
+        except SystemExit as e:  # As a process that calls sys.exit ends.
+            sys.stdout.flush()
+            if e.code is None or isinstance(e.code, int):
+                return e.code or 0
+            print(e.code, file=sys.stderr, flush=True)
+            return 1
         sigterm.reclaim()  # The call may have built a strategy, which takes SIGTERM.
         sys.stdout.flush()
         sys.stderr.flush()
