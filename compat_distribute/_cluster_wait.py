@@ -12,17 +12,21 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 from compat_distribute import _env
 from compat_distribute._tf_config import TFConfig
 
-__all__ = ["DEADLINE_ENV", "WARN_AFTER_S", "deadline", "main", "watching"]
+__all__ = ["DEADLINE_ENV", "INTERRUPT_GRACE_S", "WARN_AFTER_S", "deadline", "main", "watching"]
 
 # How long building the strategy may wait before the warning (tests lower it).
 WARN_AFTER_S = 30.0
 DEADLINE_ENV = "COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT"
 # How long the watcher may take to end once the strategy is built.
 _WATCHER_EXIT_S = 5.0
+# How long a wait may go on after a Ctrl-C before the watcher ends it.
+INTERRUPT_GRACE_S = 1.0
 # Jobs whose tasks TensorFlow waits for (the coordinated jobs of its strategy).
 _COORDINATED_JOBS = ("chief", "worker")
 # How long the probe of one task's address may take.
@@ -125,30 +129,83 @@ def _say(text):
     sys.stderr.flush()
 
 
-def _released_within(seconds):
+class _Interrupted(Exception):
+    """A Ctrl-C reached the waiting process."""
+
+
+def _released_within(seconds, interrupts=None):
     """Whether this watcher's stdin closed (the strategy is built, or its
-    process is gone) within `seconds`; None waits for that alone."""
-    return bool(select.select([sys.stdin], [], [], seconds)[0])
+    process is gone) within `seconds` (None: however long that takes);
+    raises `_Interrupted` when the process got SIGINT meanwhile (`interrupts`:
+    the wakeup pipe's end, or None)."""
+    watched = [sys.stdin] + ([interrupts] if interrupts is not None else [])
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        readable = select.select(watched, [], [], left)[0]
+        if sys.stdin in readable:
+            return True
+        if not readable:
+            return False
+        said = os.read(interrupts, 64)
+        if not said:  # Closed: the process no longer forwards its signals.
+            watched.remove(interrupts)
+        elif signal.SIGINT in said:
+            raise _Interrupted
+
+
+def _wait(parent, task, warn_after, limit, peers, source, interrupts):
+    first = warn_after if limit is None else min(warn_after, limit)
+    if _released_within(first, interrupts):
+        return
+    if limit is None or first < limit:
+        _say(f"warning: {_waiting_text(task, peers, first, limit, source)}")
+    if _released_within(None if limit is None else limit - first, interrupts):
+        return
+    text = _waiting_text(task, peers, limit, limit, source)
+    if _released_within(0):  # the strategy came up while the peers were probed
+        return
+    _say(f"error: {text} Killing it now (SIGKILL).")
+    os.kill(parent, signal.SIGKILL)
 
 
 def main(argv):
     """The watcher (see the module): `main([JSON])`."""
     job = json.loads(argv[0])
-    parent, task, warn_after, limit = job["parent"], job["task"], job["warn_after"], job["limit"]
-    peers, source = [tuple(peer) for peer in job["peers"]], job["source"]
-    first = warn_after if limit is None else min(warn_after, limit)
-    if _released_within(first):
-        return 0
-    if limit is None or first < limit:
-        _say(f"warning: {_waiting_text(task, peers, first, limit, source)}")
-    if limit is None or _released_within(limit - first):
-        return 0
-    text = _waiting_text(task, peers, limit, limit, source)
-    if _released_within(0):  # the strategy came up while the peers were probed
-        return 0
-    _say(f"error: {text} Killing it now (SIGKILL).")
-    os.kill(parent, signal.SIGKILL)
+    parent, task = job["parent"], job["task"]
+    try:
+        _wait(
+            parent,
+            task,
+            job["warn_after"],
+            job["limit"],
+            [tuple(peer) for peer in job["peers"]],
+            job["source"],
+            job["interrupts"],
+        )
+    except _Interrupted:
+        if _released_within(INTERRUPT_GRACE_S):
+            return 0  # The strategy came up: Python raises KeyboardInterrupt itself.
+        _say(
+            f"error: MultiWorkerMirroredStrategy() in task {task} was interrupted (Ctrl-C) "
+            f"while it waited for the other tasks of its cluster; TensorFlow does not return "
+            f"to Python before they join, so the process is killed now (SIGKILL)."
+        )
+        os.kill(parent, signal.SIGKILL)
     return 0
+
+
+def _forward_interrupts():
+    """(read end, write end, the wakeup fd it replaced) of a pipe that Python's
+    C-level handler writes each signal to, where SIGINT raises
+    KeyboardInterrupt and this is the main thread; else None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None  # Ignored, or handled by the program: its business.
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    return read_end, write_end, signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
 
 
 @contextlib.contextmanager
@@ -160,6 +217,7 @@ def watching(config: TFConfig | None, limit=None, source="TF_CONFIG"):
     if config is None or config.task_type not in _COORDINATED_JOBS or not _peers(config):
         yield
         return
+    forward = _forward_interrupts()
     job = {
         "parent": os.getpid(),
         "task": f"{config.task_type} {config.task_id}",
@@ -167,16 +225,25 @@ def watching(config: TFConfig | None, limit=None, source="TF_CONFIG"):
         "limit": limit,
         "peers": _peers(config),
         "source": source,
+        "interrupts": None if forward is None else forward[0],
     }
-    watcher = subprocess.Popen(
-        [sys.executable, "-c", _WATCHER, _PACKAGE_PARENT, json.dumps(job)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,  # the terminal's Ctrl-C reaches the process, not its deadline
-    )
+    try:
+        watcher = subprocess.Popen(
+            [sys.executable, "-c", _WATCHER, _PACKAGE_PARENT, json.dumps(job)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # the terminal's Ctrl-C reaches the process, not its deadline
+            pass_fds=() if forward is None else forward[:1],
+        )
+    finally:
+        if forward is not None:
+            os.close(forward[0])  # The watcher has its own copy.
     try:
         yield
     finally:
+        if forward is not None:
+            signal.set_wakeup_fd(forward[2])
+            os.close(forward[1])
         watcher.stdin.close()
         try:
             watcher.wait(_WATCHER_EXIT_S)

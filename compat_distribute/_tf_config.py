@@ -10,7 +10,7 @@ import os
 
 from compat_distribute import _validate
 
-__all__ = ("ENV_VAR", "TFConfig", "from_environment", "parse_tf_config")
+__all__ = ("ENV_VAR", "RPC_LAYERS", "TFConfig", "from_environment", "parse_tf_config")
 
 ENV_VAR = "TF_CONFIG"
 
@@ -47,6 +47,11 @@ class TFConfig:
             config["environment"] = self.environment
         return json.dumps(config)
 
+
+# The RPC layers TensorFlow's servers speak (TF 2.x builds gRPC alone in).
+RPC_LAYERS = ("grpc",)
+# Jobs of one task at most (TensorFlow's multi_worker_util says so for both).
+_SINGLE_TASK_JOBS = ("chief", "evaluator")
 
 # What TF_CONFIG holds, for the errors about a value that holds nothing.
 _ACCEPTED = (
@@ -119,6 +124,7 @@ def parse_tf_config(text) -> TFConfig:
                     f"must be a 'host:port' string with a port in 0..65535; got {_validate.show(addr)}.",
                 )
         cluster[job] = tuple(addrs)
+    _check_cluster(cluster)
 
     task_type = task_id = None
     if "task" in config:
@@ -158,7 +164,37 @@ def parse_tf_config(text) -> TFConfig:
             raise _bad_tf_config(
                 f"[{key!r}]", f"must be a string; got {_validate.show(config[key])}."
             )
+    if config.get("rpc_layer", "grpc") not in RPC_LAYERS:
+        raise _bad_tf_config(
+            "['rpc_layer']",
+            f"must be {' or '.join(repr(r) for r in RPC_LAYERS)}, the RPC layer TensorFlow's "
+            f"servers speak; got {config['rpc_layer']!r}. Write \"rpc_layer\": \"grpc\", or "
+            f"leave it out.",
+        )
     return TFConfig(cluster, task_type, task_id, config.get("rpc_layer"), config.get("environment"))
+
+
+def _check_cluster(cluster):
+    """One chief and one evaluator at most; no address given to two tasks."""
+    for job in _SINGLE_TASK_JOBS:
+        if len(cluster.get(job, ())) > 1:
+            raise _bad_tf_config(
+                f"[{'cluster'!r}][{job!r}]",
+                f"must hold one address: a cluster has one {job} at most; got "
+                f"{len(cluster[job])} ({', '.join(repr(a) for a in cluster[job])}). Name the "
+                f"others' job 'worker'.",
+            )
+    seen = {}
+    for job, addresses in cluster.items():
+        for index, address in enumerate(addresses):
+            where = f"['cluster'][{job!r}][{index}]"
+            if address in seen:
+                raise _bad_tf_config(
+                    where,
+                    f"is {address!r}, the address of TF_CONFIG{seen[address]} too; each task "
+                    f"needs an address of its own (its server listens there).",
+                )
+            seen[address] = where
 
 
 def from_environment(environ=None) -> TFConfig | None:

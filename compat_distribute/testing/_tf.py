@@ -16,6 +16,7 @@ _DISTRIBUTE = "tensorflow.python.distribute"
 INTERNALS = {
     "CollectiveAllReduceStrategy": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategy",
     "CollectiveAllReduceStrategyV1": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategyV1",
+    "CollectiveAllReduceExtended": f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceExtended",
     # The fake TPU: TPUStrategy's own checks and members, reused word for word.
     "TPUExtended": f"{_DISTRIBUTE}.tpu_strategy:TPUExtended",
     "TPUStrategyV2": f"{_DISTRIBUTE}.tpu_strategy:TPUStrategyV2",
@@ -81,6 +82,10 @@ PROTECTED = (
     (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategy", "_collective_key_base"),
     (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategyV1", "_collective_key_base"),
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredStrategy", "_collective_key_base"),
+    # Whether a cluster task's runtime started (an op ran) while it imported a module.
+    ("tensorflow.python.eager.context:Context", "_initialized"),
+    # A cluster task's multi-worker strategies take its devices_per_worker CPUs.
+    (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceExtended", "_initialize_local_devices"),
     # The fake TPU.
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_check_spec"),
     (f"{_DISTRIBUTE}.tpu_strategy:TPUExtended", "_update_config_proto"),
@@ -197,6 +202,30 @@ def give_next_multi_worker_strategies_own_keys():
 
 # MirroredExtended's collective key allocator; the core adapter names the member.
 collective_keys = core_tf.collective_keys
+
+
+def runtime_initialized():
+    """Whether TensorFlow's runtime started in this process (an op ran, a
+    device was listed): a context exists and is initialized."""
+    context = __getattr__("context_safe")()
+    return context is not None and context._initialized
+
+
+def give_multi_worker_strategies_local_cpus(count):
+    """Multi-worker strategies built in this process (a cluster task's) take
+    `count` local CPU devices each, where TensorFlow gives a worker without
+    GPUs or TPUs its first CPU alone, so that `num_replicas_in_sync` is
+    workers x `count`."""
+    extended = __getattr__("CollectiveAllReduceExtended")
+    chosen = extended._initialize_local_devices
+
+    def _initialize_local_devices(self, cluster_resolver, worker_device):
+        devices, device_type = chosen(self, cluster_resolver, worker_device)
+        if device_type == "CPU":
+            devices = tuple(f"{worker_device}/device:CPU:{i}" for i in range(count))
+        return devices, device_type
+
+    extended._initialize_local_devices = _initialize_local_devices
 
 
 def clone_function(function, python_function):

@@ -289,3 +289,92 @@ def ignore_exit(argv, conn):
         libc.pthread_mutex_lock(mutex)  # A normal mutex locked again: waits for good.
     while True:
         conn.recv()
+
+
+def exit_on_worker_1_once(marker):
+    """Worker 1 exits with code 3 the first time (a file `marker` says it did)."""
+    if cluster.current_task() == ("worker", 1) and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(3)
+    return cluster.current_task()
+
+
+def raise_tf_error_on_worker_1():
+    import tensorflow as tf
+
+    if cluster.current_task() == ("worker", 1):
+        raise tf.errors.InvalidArgumentError(None, None, "shapes [2] and [3] differ")
+    return "fine"
+
+
+def raise_on_worker_1_once(marker):
+    """Worker 1 raises the first time (a file `marker` says it did)."""
+    if cluster.current_task() == ("worker", 1) and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise ValueError("first try fails")
+    return cluster.current_task()
+
+
+def sleep_then_task(seconds):
+    time.sleep(seconds)
+    return cluster.current_task()
+
+
+def exit_on_chief(code):
+    if cluster.current_task() == ("chief", 0):
+        os._exit(code)
+    time.sleep(60)
+
+
+def ps_training_through_a_worker_restart(worker_pid, steps):
+    """Parameter-server training from the chief: `steps` steps, then worker 0
+    (pid `worker_pid`) is killed, as a preempted worker, and `steps` more are
+    scheduled; join() returns once the worker is back and has run them.
+    Returns the step counter on the parameter server after each half."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        counter = tf.Variable(0.0)
+
+    @tf.function
+    def step():
+        counter.assign_add(1.0)
+
+    for _ in range(steps):
+        coordinator.schedule(step)
+    coordinator.join()
+    before = float(counter.numpy())
+    os.kill(worker_pid, signal.SIGKILL)
+    for _ in range(steps):
+        coordinator.schedule(step)
+    coordinator.join()
+    return before, float(counter.numpy()), len(strategy.extended.parameter_devices)
+
+
+def job_facts():
+    """This task's view of the cluster, as TensorFlow's resolver reads TF_CONFIG."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return resolver.task_type, resolver.task_id, sorted(resolver.cluster_spec().jobs)
+
+
+def build_strategy_then_sleep(seconds):
+    """Builds MultiWorkerMirroredStrategy itself (not through worker_strategy), then sleeps."""
+    import tensorflow as tf
+
+    tf.distribute.MultiWorkerMirroredStrategy()
+    print("strategy built", flush=True)
+    time.sleep(seconds)
+
+
+def exit_with(code):
+    """sys.exit in worker 1, as a program ends its process."""
+    import sys
+
+    if cluster.current_task() == ("worker", 1):
+        sys.exit(code)
+    time.sleep(60)

@@ -283,6 +283,21 @@ def test_parse_tf_config_accepts_an_evaluator_outside_the_cluster():
             '{"cluster": {"worker": ["h:1"]}, "rpc_layer": 1}',
             r"TF_CONFIG\['rpc_layer'\] must be a string; got 1 \(int\)",
         ),
+        (
+            '{"cluster": {"worker": ["h:1"]}, "rpc_layer": "http"}',
+            r"TF_CONFIG\['rpc_layer'\] must be 'grpc', the RPC layer TensorFlow's servers speak; "
+            r"got 'http'\. Write \"rpc_layer\": \"grpc\", or leave it out\.",
+        ),
+        (
+            '{"cluster": {"chief": ["h:1", "h:2"], "worker": ["h:3"]}}',
+            r"TF_CONFIG\['cluster'\]\['chief'\] must hold one address: a cluster has one chief at "
+            r"most; got 2 \('h:1', 'h:2'\)\. Name the others' job 'worker'\.",
+        ),
+        (
+            '{"cluster": {"chief": ["h:1"], "worker": ["h:2", "h:1"]}}',
+            r"TF_CONFIG\['cluster'\]\['worker'\]\[1\] is 'h:1', the address of "
+            r"TF_CONFIG\['cluster'\]\['chief'\]\[0\] too; each task needs an address of its own",
+        ),
     ],
 )
 def test_parse_tf_config_names_the_wrong_key(text, message):

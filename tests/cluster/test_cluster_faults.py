@@ -39,6 +39,8 @@ def test_exception_names_the_task_then_cluster_refuses_until_restarted():
     assert "raise ValueError(message)" in text and "in raise_on_worker_1" in text
     assert "about to fail" in error.output_tail
     assert isinstance(error.__cause__, ValueError) and str(error.__cause__) == "broken on purpose"
+    # The error is also the task's exception class: pytest.raises(ValueError) catches it.
+    assert isinstance(error, ValueError) and type(error).__qualname__ == "ClusterTaskError[ValueError]"
     assert elapsed < 3.0, elapsed
     assert_no_leaks(pids, namespace)
 
@@ -57,6 +59,19 @@ def test_exception_names_the_task_then_cluster_refuses_until_restarted():
         # A private network again (a fresh one: the old one is gone, checked above,
         # so the kernel may give the new one the same inode number).
         assert (new_namespace != HOST_NETWORK) == (c.network == "private")
+        # TensorFlow's errors keep what they carry.
+        import tensorflow as tf
+
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            c.run(tasks.raise_tf_error_on_worker_1)
+        assert raised.value.message == "shapes [2] and [3] differ"
+        assert raised.value.error_code == tf.errors.INVALID_ARGUMENT
+        assert str(raised.value).startswith(
+            "local_cluster: worker 1 raised InvalidArgumentError: shapes [2] and [3] differ. "
+            "The cluster was torn down."
+        )
+        c.start()
+        new_pids += c.pids
         # A result that cannot reach this process is a fault of the task.
         with pytest.raises(
             ClusterTaskError,
@@ -95,6 +110,20 @@ def test_task_that_exits_fails_the_call_with_every_stack():
     )
     assert "Python stacks of worker 1: none (exited with code 3)." in text
     assert elapsed < 5.0, elapsed
+    assert_no_leaks(pids)
+
+
+@pytest.mark.multi_worker(2)
+def test_sys_exit_in_a_task_ends_its_process_with_that_status():
+    c = local_cluster(2, timeout=30).start()
+    pids = c.pids
+    with pytest.raises(ClusterTaskError) as info:
+        c.run(tasks.exit_with, 42)
+    assert (info.value.task_type, info.value.task_id, info.value.exitcode) == ("worker", 1, 42)
+    assert str(info.value).startswith(
+        "local_cluster: worker 1 exited with code 42 during run(cluster_tasks:exit_with). The "
+        "cluster was torn down."
+    )
     assert_no_leaks(pids)
 
 

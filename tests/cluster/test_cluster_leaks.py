@@ -2,6 +2,7 @@
 log directory, no checkpoint in the temp dir, also after SIGKILL."""
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -61,8 +62,10 @@ def test_worker_killed_by_sigkill_leaves_no_checkpoint_and_a_new_cluster_reaps_o
     assert saved.startswith(f"saved {temp_dir}/{workdir.PREFIX}{os.getpid()}.")
     assert "/worker-1.tmp/compat_distribute_ckpt_worker1_" in saved
     assert saved.endswith(": ['checkpoint', 'ckpt-1.data-00000-of-00001', 'ckpt-1.index']")
-    # ... which went with the cluster; only the chief's real checkpoint stays.
-    assert os.listdir(temp_dir) == []
+    # ... which went with the cluster; only the chief's real checkpoint stays
+    # (and the logs, kept after the fault).
+    assert os.listdir(temp_dir) == [os.path.basename(error.logs)]
+    assert "saved " in (pathlib.Path(error.logs) / "worker-1.log").read_text()
     assert sorted(os.listdir(path)) == ["checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
     assert_no_leaks(pids)
 

@@ -39,20 +39,18 @@ def test_private_network_keeps_a_listener_on_all_interfaces_inside(user):
         "s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n"
         "print(s.getsockname()[1], flush=True); time.sleep(60)\n"
     )
-    listener = subprocess.Popen(
-        network.enter([sys.executable, "-I", "-S", "-c", listen]),
-        pass_fds=network.fds,
-        stdout=subprocess.PIPE,
-    )
+    argv, pass_fds = network.enter([sys.executable, "-I", "-S", "-c", listen])
+    listener = subprocess.Popen(argv, pass_fds=pass_fds, stdout=subprocess.PIPE)
     try:
         port = int(listener.stdout.readline())
         namespace = os.readlink(f"/proc/{listener.pid}/ns/net")
         assert namespace != HOST_NETWORK
         assert tasks.connect_to(f"127.0.0.1:{port}") == "ConnectionRefusedError"
         connect = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)"
+        argv, pass_fds = network.enter([sys.executable, "-I", "-S", "-c", connect])
         inside = subprocess.run(
-            network.enter([sys.executable, "-I", "-S", "-c", connect]),
-            pass_fds=network.fds,
+            argv,
+            pass_fds=pass_fds,
             capture_output=True,
             text=True,
             timeout=deadlines.scaled(30),

@@ -64,3 +64,25 @@ def test_a_task_that_died_is_named_with_its_signal():
         "Output of worker 1 during the call (last lines):",
     ]
     assert error.output_tail == "one says"
+
+
+def test_the_task_that_died_is_named_before_the_peer_that_raised_first():
+    # Worker 0 saw its peer's death as UnavailableError before worker 1's end was seen.
+    worker_0, worker_1 = _Task("worker", 0), _Task("worker", 1, code=-9)
+    raised = protocol.Raised(3, "UnavailableError", "Collective ops is aborted.", "Traceback...\n")
+    failures = [protocol.TaskRaised("worker 0", raised), protocol.TaskDied("worker 1", -9)]
+    error = report.call_failure(
+        "m:step",
+        [worker_0, worker_1],
+        report.causes_first(failures),
+        [],
+        {},
+        {"worker 0": "", "worker 1": ""},
+        set(),
+    )
+    assert (error.task_type, error.task_id, error.exitcode) == ("worker", 1, -9)
+    assert str(error).splitlines()[:2] == [
+        "local_cluster: worker 1 was killed by SIGKILL during run(m:step). The cluster was torn down.",
+        "worker 0 also raised UnavailableError: Collective ops is aborted.",
+    ]
+    assert type(error) is ClusterTaskError  # A death has no exception class to mix in.

@@ -86,7 +86,11 @@ def test_workers_are_reused_across_runs(pair):
 def test_output_of_a_task_is_kept(pair):
     assert pair.run(tasks.print_and_return, "hello there") == ["hello there"] * 2
     assert "('worker', 1): hello there" in pair.output("worker", 1)
-    with pytest.raises(ValueError, match="no running task chief 0; tasks: worker 0, worker 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"task_type, task_id must name a task of this cluster; got 'chief', 0 \(int\)\. "
+        r"Its tasks: \('worker', 0\), \('worker', 1\)\.",
+    ):
         pair.output("chief", 0)
 
 
@@ -106,12 +110,15 @@ def test_chief_comes_first_and_alone_should_checkpoint(with_chief):
     assert with_chief.task_names == ["chief 0", "worker 0"]
     assert [(f["task_type"], f["task_id"]) for f in facts] == [("chief", 0), ("worker", 0)]
     assert [f["should_checkpoint"] for f in facts] == [True, False]
-    assert [f["num_replicas_in_sync"] for f in facts] == [2, 2]
+    # Three devices per task, and MultiWorkerMirroredStrategy uses them all.
+    assert [f["num_replicas_in_sync"] for f in facts] == [6, 6]
 
 
 @pytest.mark.multi_worker(2)
-def test_devices_per_worker_gives_virtual_cpus(with_chief):
+def test_devices_per_worker_gives_virtual_cpus_and_replicas(with_chief):
     assert with_chief.run(tasks.local_cpu_count) == [3, 3]
+    # Each of the 6 replicas adds 1.5.
+    assert with_chief.run(tasks.all_reduce_sum, 1.5) == [[9.0] * 3, [9.0] * 3]
 
 
 # --------------------------------------------------------------------------
@@ -208,6 +215,10 @@ def test_keyboard_interrupt_during_a_run_leaves_no_process(with_chief):
     with_chief.start()
     pids = with_chief.pids
     main = threading.get_ident()
+    # A Ctrl-C, as the terminal sends it. A session started as a background job
+    # of a non-interactive shell (`make test &`, some CI runners) inherits SIGINT
+    # ignored, and Python then leaves it so: give it Python's own handler.
+    interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.0, signal.pthread_kill, (main, signal.SIGINT))
     timer.start()
     start = time.monotonic()
@@ -216,6 +227,7 @@ def test_keyboard_interrupt_during_a_run_leaves_no_process(with_chief):
             with_chief.run(tasks.sleep_forever)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, interrupt)
     assert time.monotonic() - start < 5.0
     assert not with_chief.running
     assert_no_leaks(pids)

@@ -58,8 +58,10 @@ def test_a_script_without_the_main_guard_fails_at_once_naming_the_guard(tmp_path
     assert result.returncode == 1, result.stderr[-3000:]
     # Not the start or call timeout (120 s): the first task to import the script fails.
     assert "ClusterTimeoutError" not in result.stderr
-    assert "compat_distribute.testing.cluster.errors.ClusterTaskError: local_cluster: worker" in (
-        result.stderr
+    # The task's RuntimeError, as a ClusterTaskError that is also a RuntimeError.
+    assert (
+        "compat_distribute.testing.cluster.errors.ClusterTaskError[RuntimeError]: local_cluster: "
+        "worker" in result.stderr
     )
     assert (
         "imported the module 'train' to run train:step, and that module's top level started "

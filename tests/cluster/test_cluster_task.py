@@ -3,53 +3,45 @@ such as a long-lived server, and leaves nothing behind."""
 
 import os
 import signal
-import sys
 import time
 
 import pytest
 from cluster_checks import running
 
 from compat_distribute.testing import deadlines
-from compat_distribute.testing.cluster import launcher
+from compat_distribute.testing.cluster import LaunchHooks
+from compat_distribute.testing.cluster import TaskSpec
+from compat_distribute.testing.cluster import launcher as launcher_lib
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import task as task_lib
-from compat_distribute.testing.cluster import workdir as workdir_lib
-from compat_distribute.testing.cluster.hooks import LaunchHooks
+
+
+def _launcher(hooks=None):
+    return launcher_lib.Launcher(
+        network="host", start_timeout=60, env={}, hooks=hooks or LaunchHooks(), who="", opt_out=""
+    )
+
+
+def _spawn(launcher, main, argv=(), **env):
+    spec = TaskSpec("worker", 0, main=main, argv=argv, env=dict(launcher.process_env("worker 0"), **env))
+    (task,) = launcher.spawn([spec])
+    return task
 
 
 def test_a_task_runs_a_long_lived_main_until_told_to_exit(temp_dir):
-    directory = workdir_lib.WorkDir()
-    spec = task_lib.TaskSpec(
-        "server",
-        0,
-        main="cluster_tasks:serve_until_exit",
-        argv=("--port", "1234"),
-        env=dict(
-            os.environ,
-            PYTHONPATH=os.pathsep.join(os.path.abspath(p or os.curdir) for p in sys.path),
-            SERVER_MARK="marked",
-        ),
-    )
     launched = []
-    (server,) = launcher.spawn_all(
-        [spec],
-        workdir=directory,
-        network=None,
-        hooks=LaunchHooks(on_launch=lambda name, pid: launched.append((name, pid))),
-    )
-    try:
-        assert launched == [("server 0", server.pid)]
+    launcher = _launcher(LaunchHooks(on_launch=lambda name, pid: launched.append((name, pid))))
+    with launcher.launching():
+        server = _spawn(launcher, "cluster_tasks:serve_until_exit", ("--port", "1234"), SERVER_MARK="marked")
+        assert launched == [("worker 0", server.pid)]
         assert server.conn.poll(deadlines.scaled(60)) and server.conn.recv() == protocol.Alive(server.pid)
         # Alive and Ready are typed messages: the main was found by name.
         assert server.conn.poll(deadlines.scaled(60)) and server.conn.recv() == protocol.Ready(server.pid)
         server.ask_to_exit()
         assert server.wait(deadlines.scaled(10)) == 7
         assert server.output().splitlines()[-2:] == ["serving --port 1234 marked", "exiting"]
-    finally:
-        server.kill()
-        server.reap()
-        directory.remove()
+    launcher.stop(graceful=False)
     assert not running(server.pid)
     assert os.listdir(temp_dir) == []
 
@@ -68,19 +60,11 @@ def _deaf_task(*flags):
 
 
 def _started(hooks):
-    directory = workdir_lib.WorkDir()
-    spec = task_lib.TaskSpec(
-        "worker",
-        0,
-        main="cluster_tasks:serve_until_exit",
-        env=dict(
-            os.environ,
-            PYTHONPATH=os.pathsep.join(os.path.abspath(p or os.curdir) for p in sys.path),
-        ),
-    )
-    (task,) = launcher.spawn_all([spec], workdir=directory, network=None, hooks=hooks)
-    launcher.wait_ready([task], 60)
-    return directory, task
+    launcher = _launcher(hooks)
+    with launcher.launching():
+        task = _spawn(launcher, "cluster_tasks:serve_until_exit")
+        launcher.wait_ready()
+    return launcher, task
 
 
 @pytest.mark.parametrize(
@@ -89,10 +73,10 @@ def _started(hooks):
     ids=["stop", "teardown-after-a-fault", "stop-while-blocked-in-c"],
 )
 def test_a_task_that_ignores_exit_ends_on_sigterm(temp_dir, graceful, flags):
-    directory, task = _started(_deaf_task(*flags))
+    launcher, task = _started(_deaf_task(*flags))
     start = time.monotonic()
     try:
-        launcher.stop_all([task], graceful=graceful)
+        launcher_lib.stop_all([task], graceful=graceful)
         elapsed = time.monotonic() - start
         assert task.exitcode() == report.SIGTERM_EXIT_CODE == 143
         assert report.exit_reason(task.exitcode()) == "ended on SIGTERM (exit code 143)"
@@ -101,48 +85,49 @@ def test_a_task_that_ignores_exit_ends_on_sigterm(temp_dir, graceful, flags):
             f"pid {task.pid} got SIGTERM: it ends now.",
         ]
     finally:
-        directory.remove()
+        launcher.stop(graceful=False)
     # Asked to exit first (only when stopping), then ended at once on SIGTERM.
-    grace = launcher.EXIT_GRACE_S if graceful else 0.0
+    grace = launcher_lib.EXIT_GRACE_S if graceful else 0.0
     assert grace <= elapsed < grace + 1.0, elapsed
     assert not running(task.pid)
     assert os.listdir(temp_dir) == []
 
 
 def test_a_task_that_ignores_sigterm_too_is_killed_after_the_grace_periods(temp_dir):
-    directory, task = _started(_deaf_task("--ignore-sigterm"))
+    launcher, task = _started(_deaf_task("--ignore-sigterm"))
     start = time.monotonic()
     try:
-        launcher.stop_all([task], graceful=True)
+        launcher_lib.stop_all([task], graceful=True)
         elapsed = time.monotonic() - start
         assert task.exitcode() == -signal.SIGKILL
         assert task.output().splitlines()[-1] == "ready, deaf to Exit"
     finally:
-        directory.remove()
-    grace = launcher.EXIT_GRACE_S + launcher.TERM_GRACE_S
+        launcher.stop(graceful=False)
+    grace = launcher_lib.EXIT_GRACE_S + launcher_lib.TERM_GRACE_S
     assert grace <= elapsed < grace + 1.0, elapsed
     assert not running(task.pid)
     assert os.listdir(temp_dir) == []
 
 
 def test_a_task_that_exits_when_asked_gets_no_signal(temp_dir):
-    directory, task = _started(LaunchHooks())
+    launcher, task = _started(LaunchHooks())
     start = time.monotonic()
     try:
-        launcher.stop_all([task], graceful=True)
+        launcher_lib.stop_all([task], graceful=True)
         elapsed = time.monotonic() - start
         # It answered Exit (closed its end), and its process group was killed
         # while it returned 7: no SIGTERM, no waiting for the grace periods.
         assert task.exitcode() in (7, -signal.SIGKILL)
         assert "SIGTERM" not in task.output()
     finally:
-        directory.remove()
+        launcher.stop(graceful=False)
     assert elapsed < 1.0, elapsed
 
 
 def test_the_watchdog_frames_left_out_of_stack_dumps_are_the_bootstraps():
     from compat_distribute.testing.cluster import bootstrap
+    from compat_distribute.testing.cluster import sigterm
 
     assert task_lib.WATCHDOG_FRAMES == ("_exit_when_orphaned", "_end_on_sigterm")
     assert callable(bootstrap._exit_when_orphaned)
-    assert callable(bootstrap._SigtermEnds._end_on_sigterm)
+    assert callable(sigterm._Ends._end_on_sigterm)

@@ -6,7 +6,6 @@ environment differs, and COMPAT_DISTRIBUTE_ZYGOTE=0, get fresh processes."""
 import json
 import os
 import signal
-import sys
 import threading
 import time
 
@@ -19,11 +18,9 @@ from cluster_checks import running
 from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import ClusterError
 from compat_distribute.testing.cluster import LaunchHooks
-from compat_distribute.testing.cluster import launcher
+from compat_distribute.testing.cluster import TaskSpec
+from compat_distribute.testing.cluster import launcher as launcher_lib
 from compat_distribute.testing.cluster import local_cluster
-from compat_distribute.testing.cluster import protocol
-from compat_distribute.testing.cluster import task as task_lib
-from compat_distribute.testing.cluster import workdir as workdir_lib
 from compat_distribute.testing.cluster import zygote as zygote_lib
 
 pytestmark = pytest.mark.skipif(
@@ -44,7 +41,7 @@ def _recorder():
 @pytest.mark.multi_worker(2)
 @pytest.mark.parametrize("zygote", ["1", "0"])
 def test_tasks_are_forked_by_one_zygote_unless_it_is_switched_off(temp_dir, monkeypatch, zygote):
-    monkeypatch.setenv(launcher.ZYGOTE_ENV_VAR, zygote)
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_ZYGOTE", zygote)
     launched, hooks = _recorder()
     with local_cluster(2, timeout=60, hooks=hooks) as c:
         pids, zygote_pid = c.pids, c.zygote_pid
@@ -70,7 +67,7 @@ def test_tasks_are_forked_by_one_zygote_unless_it_is_switched_off(temp_dir, monk
 @pytest.mark.parametrize("value", ["2", "fork"])
 def test_a_bad_switch_is_refused_naming_the_accepted_values(value):
     with pytest.raises(ValueError) as raised:
-        launcher.zygote_wanted({launcher.ZYGOTE_ENV_VAR: value})
+        zygote_lib.wanted({"COMPAT_DISTRIBUTE_ZYGOTE": value})
     assert str(raised.value) == (
         f"COMPAT_DISTRIBUTE_ZYGOTE must be 1/0, true/false, yes/no or on/off; got {value!r}. "
         f"It makes local_cluster and fake TPU pods fork their tasks from one process that "
@@ -79,75 +76,60 @@ def test_a_bad_switch_is_refused_naming_the_accepted_values(value):
     )
 
 
-def _env(**extra):
-    path = os.pathsep.join(os.path.abspath(p or os.curdir) for p in sys.path)
-    return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2", **extra)
-
-
-def _spec(task_id, env, main="cluster_tasks:serve_until_exit"):
-    return task_lib.TaskSpec("worker", task_id, main=main, env=env)
-
-
-def _zygote(directory, env, mains, launched):
+def _launcher(launched):
     hooks = LaunchHooks(on_launch=lambda name, pid: launched.append(pid))
-    return launcher.start_zygote(
-        mains, env=env, workdir=directory, network=None, hooks=hooks, start_timeout=60
+    return launcher_lib.Launcher(
+        network="host", start_timeout=60, env={}, hooks=hooks, who="", opt_out=""
     )
+
+
+def _spec(launcher, task_id, main="cluster_tasks:serve_until_exit", **env):
+    name = f"worker {task_id}"
+    env = dict(launcher.process_env(name), TF_CONFIG="{}", **env)
+    return TaskSpec("worker", task_id, main=main, env=env)
 
 
 def test_a_task_whose_import_time_environment_differs_gets_a_fresh_process(temp_dir):
-    directory = workdir_lib.WorkDir()
-    env = _env()
     launched = []
-    zygote = _zygote(directory, env, ["cluster_tasks"], launched)
-    specs = [
-        _spec(0, dict(env, TF_CONFIG="{}", TMPDIR=str(temp_dir))),  # read late: forked
-        _spec(1, dict(env, TF_CPP_MIN_LOG_LEVEL="0")),  # read at import: fresh
-        _spec(2, dict(env, SERVER_MARK="marked")),  # any other difference: fresh
-    ]
-    started = launcher.spawn_all(
-        specs, workdir=directory, network=None, hooks=LaunchHooks(), zygote=zygote
-    )
-    try:
-        launcher.wait_ready(started, 60)
-        assert [t.forked for t in started] == [True, False, False]
-        assert [_parent(t.pid) for t in started] == [zygote.pid, os.getpid(), os.getpid()]
+    launcher = _launcher(launched)
+    with launcher.launching():
+        started = launcher.spawn(
+            [
+                _spec(launcher, 0),  # TF_CONFIG and TMPDIR are read late: forked
+                _spec(launcher, 1),
+                _spec(launcher, 2, TF_CPP_MIN_LOG_LEVEL="0"),  # read at import: fresh
+                _spec(launcher, 3, SERVER_MARK="marked"),  # any other difference: fresh
+            ]
+        )
+        launcher.wait_ready()
+        zygote = launcher.zygote_pid
+        assert zygote is not None and launched[0] == zygote
+        assert [_parent(t.pid) for t in started] == [zygote, zygote, os.getpid(), os.getpid()]
         # A forked task still ends as a fresh one does: SIGTERM on its group, status 143.
         started[0].signal_group(signal.SIGTERM)
         assert started[0].wait(deadlines.scaled(10)) == 143
         assert started[0].output().splitlines()[-1] == (
             f"pid {started[0].pid} got SIGTERM: it ends now."
         )
-    finally:
-        launcher.stop_all(started, graceful=True)
-        zygote.stop(launcher.EXIT_GRACE_S)
-        directory.remove()
-    assert [t.exitcode() for t in started[1:]] == [7, 7]  # They answered Exit.
-    assert not any(running(p) for p in launched + [t.pid for t in started])
+        launcher_lib.stop_all(started[1:], graceful=True)
+        assert [t.exitcode() for t in started[2:]] == [7, 7]  # They answered Exit.
+    launcher.stop(graceful=True)
+    assert not any(running(p) for p in launched)
     assert os.listdir(temp_dir) == []
 
 
 def test_the_zygote_refuses_to_fork_once_tensorflow_runs_in_it(temp_dir):
-    directory = workdir_lib.WorkDir()
-    env = _env()
     launched = []
+    launcher = _launcher(launched)
     before = descendants()
-    # Importing the main's module in the zygote ran an op: an eager context exists.
-    zygote = _zygote(directory, env, ["cluster_eager_import"], launched)
-    try:
-        with pytest.raises(ClusterError) as raised:
-            launcher.spawn_all(
-                [_spec(0, env, "cluster_eager_import:serve_until_exit")],
-                workdir=directory,
-                network=None,
-                hooks=LaunchHooks(),
-                zygote=zygote,
-            )
-    finally:
-        zygote.stop(launcher.EXIT_GRACE_S)
-        directory.remove()
+    main = "cluster_eager_import:serve_until_exit"
+    with pytest.raises(ClusterError) as raised:
+        # Importing the main's module in the zygote ran an op: an eager context exists.
+        with launcher.launching():
+            launcher.spawn([_spec(launcher, 0, main), _spec(launcher, 1, main)])
+    zygote = launched[0]
     assert str(raised.value) == (
-        f"local_cluster: the zygote (pid {zygote.pid}, which imports TensorFlow once and forks "
+        f"local_cluster: the zygote (pid {zygote}, which imports TensorFlow once and forks "
         f"the tasks) refused to fork worker 0: TensorFlow's runtime is initialised in it (an "
         f"eager context exists: an op ran or a context was made, e.g. at the import of a "
         f"main's module), and a fork would copy that runtime without its threads. Keep "
@@ -155,6 +137,7 @@ def test_the_zygote_refuses_to_fork_once_tensorflow_runs_in_it(temp_dir):
         f"context). Set COMPAT_DISTRIBUTE_ZYGOTE=0 to start each task as a fresh process "
         f"instead."
     )
+    assert launched == [zygote] and not launcher.running
     assert descendants() - before == set()
     assert os.listdir(temp_dir) == []
 
@@ -206,7 +189,7 @@ def test_a_zygote_killed_mid_launch_fails_it_naming_the_zygote_and_leaves_nothin
         f"COMPAT_DISTRIBUTE_ZYGOTE=0 to start each task as a fresh process instead.\n"
         f"Output of the zygote (last lines):\n"
     ), message
-    assert not c.running and c.pids == []
+    assert not c.running and c.pids == [None, None]
     assert_no_leaks([pid for _, pid in launched])
     assert os.listdir(temp_dir) == []
     # A zygote is no task: it is not in the error's task fields.
@@ -232,7 +215,9 @@ def test_a_zygote_killed_during_a_run_is_named_and_leaves_nothing(temp_dir):
     )
     assert not c.running
     assert_no_leaks([pid for _, pid in launched])
-    assert os.listdir(temp_dir) == []
+    # The tasks' logs are kept, and the error says where.
+    assert str(raised.value).endswith(f"\nEvery task's log is kept in {raised.value.logs}")
+    assert os.listdir(temp_dir) == [os.path.basename(raised.value.logs)]
 
 
 @pytest.mark.multi_worker(2)
@@ -265,4 +250,3 @@ def test_a_pod_hosts_zygote_that_dies_is_named_with_each_host(temp_dir):
 
 def test_the_flag_that_makes_a_zygote_is_what_bootstrap_reads():
     assert zygote_lib.FLAG == "--zygote"
-    assert protocol.Fork("m", (), {}) == protocol.Fork("m", (), {})

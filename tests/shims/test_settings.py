@@ -16,7 +16,7 @@ from compat_distribute import _env
 from compat_distribute import _exit
 from compat_distribute.testing import deadlines
 from compat_distribute.testing import devices
-from compat_distribute.testing.cluster import launcher
+from compat_distribute.testing.cluster import zygote
 from compat_distribute.testing.cluster import netns
 from compat_distribute.testing.pytest import ending
 from compat_distribute.testing.pytest import options
@@ -60,7 +60,7 @@ READERS = {
     "COMPAT_DISTRIBUTE_FAKE_TPU_STRICT": (_plugin("fake_tpu_strict"), "maybe", ("on", True)),
     "COMPAT_DISTRIBUTE_FAKE_TPU_TRACE": (_trace_mode, "twice", ("per_replica", "per_replica")),
     "COMPAT_DISTRIBUTE_POD_NETWORK": (_pod_network, "loopback", ("host", "host")),
-    "COMPAT_DISTRIBUTE_ZYGOTE": (launcher.zygote_wanted, "2", ("0", False)),
+    "COMPAT_DISTRIBUTE_ZYGOTE": (zygote.wanted, "2", ("0", False)),
     "COMPAT_DISTRIBUTE_TIMEOUT_SCALE": (deadlines.scale, "abc", ("2.5", 2.5)),
     "COMPAT_DISTRIBUTE_CLUSTER_START_TIMEOUT": (_cluster_wait.deadline, "86401", ("600", 600.0)),
     "COMPAT_DISTRIBUTE_END_PROCESS": (_session_end, "maybe", ("0", False)),

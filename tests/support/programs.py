@@ -7,7 +7,7 @@ import textwrap
 import threading
 
 from compat_distribute.testing import deadlines
-from compat_distribute.testing.cluster import launcher
+from compat_distribute.testing.cluster import zygote
 from support import forkrun
 
 # The folder holding `support`: on a program's PYTHONPATH when it imports it.
@@ -19,7 +19,7 @@ _warm = []
 
 
 def _warm_python(env, shared_env):
-    if not launcher.zygote_wanted():  # COMPAT_DISTRIBUTE_ZYGOTE=0: fresh processes, as tasks
+    if not zygote.wanted():  # COMPAT_DISTRIBUTE_ZYGOTE=0: fresh processes, as tasks
         return None
     if threading.current_thread() is not threading.main_thread():
         # Its parent-death signal fires when the thread that started it ends,

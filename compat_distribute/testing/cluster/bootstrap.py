@@ -1,14 +1,14 @@
 """The first code of every task process (internal): `python -m` this module.
 
     python -m compat_distribute.testing.cluster.bootstrap FD PARENT_PID DEATH_SIGNAL MAIN [ARG ...]
-    python -m compat_distribute.testing.cluster.bootstrap --zygote FD PARENT_PID DEATH_SIGNAL [MAIN ...]
+    python -m compat_distribute.testing.cluster.bootstrap FD PARENT_PID DEATH_SIGNAL --zygote [MAIN ...]
 
 FD: the process's end of its socket to the launcher; DEATH_SIGNAL: "1" to set
 the parent-death signal (Linux); MAIN: "module" or "module:function", whose
 `main(argv, conn) -> exit status` runs next with the remaining arguments.
 
 Before anything else it arms the SIGUSR1 stack dump, ties the process's life to
-its parent's, and makes SIGTERM end the task at once; then it says
+its parent's, and makes SIGTERM end the task at once (`sigterm`); then it says
 `protocol.Alive` and runs MAIN, and ends the process once MAIN returns (atexit
 handlers run; interpreter teardown, which TensorFlow can stall for seconds, is
 skipped: a task whose launcher died ends at once). Nothing before `Alive`
@@ -44,47 +44,12 @@ def _set_parent_death_signal():
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-# The names of this thread's function and of `_SigtermEnds._end_on_sigterm`
+# The names of this thread's function and of `sigterm._Ends._end_on_sigterm`
 # are `task.WATCHDOG_FRAMES`, left out of stack dumps.
 def _exit_when_orphaned(parent):
     while os.getppid() == parent:
         time.sleep(_ORPHAN_POLL_S)
     os._exit(ORPHAN_EXIT_CODE)
-
-
-class _SigtermEnds:
-    """SIGTERM ends the task at once: its output flushed, a line saying so in
-    its log, no destructors (which may block on peers). A thread acts when the
-    main thread is blocked inside TensorFlow and cannot run Python handlers."""
-
-    def __init__(self, exit_code):
-        self._exit_code = exit_code
-        self._ending = threading.Lock()
-
-    def arm(self):
-        wakeup, woken = os.pipe()
-        os.set_blocking(woken, False)
-        signal.set_wakeup_fd(woken, warn_on_full_buffer=False)
-        signal.signal(signal.SIGTERM, self._on_sigterm)
-        threading.Thread(target=self._end_on_sigterm, args=(wakeup,), daemon=True).start()
-
-    def _end(self):
-        if not self._ending.acquire(blocking=False):
-            return  # The handler or the thread is ending the task already.
-        sys.stdout.flush()
-        sys.stderr.write(f"pid {os.getpid()} got SIGTERM: it ends now.\n")
-        sys.stderr.flush()
-        os._exit(self._exit_code)
-
-    def _on_sigterm(self, signum, frame):
-        del signum, frame
-        self._end()
-
-    def _end_on_sigterm(self, wakeup):
-        while signal.SIGTERM not in os.read(wakeup, 64):
-            pass
-        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-            self._end()  # Else the main installed a handler of its own: its business.
 
 
 def _tie_to_parent(parent, death_signal):
@@ -107,8 +72,9 @@ def _run(fd, parent, main_name, argv):
     from compat_distribute import _exit  # pylint: disable=g-import-not-at-top
     from compat_distribute.testing.cluster import protocol  # pylint: disable=g-import-not-at-top
     from compat_distribute.testing.cluster import report  # pylint: disable=g-import-not-at-top
+    from compat_distribute.testing.cluster import sigterm  # pylint: disable=g-import-not-at-top
 
-    _SigtermEnds(report.SIGTERM_EXIT_CODE).arm()
+    sigterm.arm(report.SIGTERM_EXIT_CODE)
     os.set_inheritable(fd, False)
     conn = connection.Connection(fd)
     conn.send(protocol.Alive(os.getpid()))
@@ -133,12 +99,10 @@ def main(argv):
     # Imports no TensorFlow (only `serve` does); a parent that dies meanwhile is caught below.
     from compat_distribute.testing.cluster import zygote  # pylint: disable=g-import-not-at-top
 
-    if argv[0] == zygote.FLAG:
-        fd, parent, death_signal, *mains = argv[1:]
-        _tie_to_parent(int(parent), death_signal == "1")
-        zygote.serve(int(fd), int(parent), mains, _run_forked, ORPHAN_EXIT_CODE)
     fd, parent, death_signal, main_name = argv[:4]
     _tie_to_parent(int(parent), death_signal == "1")
+    if main_name == zygote.FLAG:
+        zygote.serve(int(fd), int(parent), argv[4:], _run_forked, ORPHAN_EXIT_CODE)
     _run(int(fd), int(parent), main_name, argv[4:])
 
 

@@ -12,13 +12,15 @@ import contextlib
 
 from compat_distribute import _validate
 from compat_distribute._tf_config import TFConfig
+from compat_distribute.testing.cluster import sigterm
 
-# Public: current_task and worker_strategy. enter, importing and
+# Public: current_task and worker_strategy. enter, keep, importing and
 # check_can_launch are internal (the worker's main and the launcher call them).
 __all__ = ["current_task", "worker_strategy"]
 
 _task_config: TFConfig | None = None
 _strategies: dict = {}
+_kept = []  # What lives as long as the task: its server, when it serves.
 _importing: str | None = None  # "module:qualname" whose module is being imported.
 
 
@@ -26,6 +28,11 @@ def enter(config: TFConfig):
     """Marks this process as the task `config` names (called by `worker.main`)."""
     global _task_config
     _task_config = config
+
+
+def keep(thing):
+    """Keeps `thing` (the task's tf.distribute.Server) alive with the task."""
+    _kept.append(thing)
 
 
 @contextlib.contextmanager
@@ -122,6 +129,7 @@ def worker_strategy(factory=None):
         # from the same class-level base and reuse the others' keys.
         _tf.give_next_multi_worker_strategies_own_keys()
         strategy = factory()
+        sigterm.reclaim()  # Building it gave SIGTERM to TensorFlow's preemption notifier.
         _check_built(factory, strategy)
         _strategies[factory] = strategy
     return _strategies[factory]

@@ -3,26 +3,15 @@
 The tasks of a `LocalCluster` run functions sent to them; these run the
 `server` main instead, and this process connects to them as a client
 (`tf.config.experimental_connect_to_cluster`): the hosts of a fake TPU pod.
-Start-up, its timeout and stack dumps, teardown (each task asked to exit,
-then SIGTERM, then SIGKILL to its process group, its temp dir removed; tasks
-die with this process) are the `launcher`'s, as for a `LocalCluster`.
-
-TensorFlow's servers listen on 0.0.0.0, so with network="private" they run in
-a private network namespace and this process reaches them through a relay
-(see `relay`): it holds a listening socket on 127.0.0.1 at each server's port
-until the relay, launched with the servers into the namespace, takes them
-over. Nothing listens on any other address of the machine. network="host"
-runs the servers in this process's network, on all its interfaces.
+Start-up, stack dumps and teardown are the `launcher`'s, as for a
+`LocalCluster`; how this process reaches the servers (directly, or through a
+relay into a private network) is the launch's network's (see `netns`).
 """
-
-import os
-import socket
 
 from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import checks
 from compat_distribute.testing.cluster import launcher as launcher_lib
 from compat_distribute.testing.cluster import netns
-from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import relay
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import task as task_lib
@@ -37,12 +26,8 @@ _SERVER_MAIN = "compat_distribute.testing.cluster.server"
 # "worker" (an eager client's cluster, or a TF1 session's cluster_def), which
 # TensorFlow refuses for a session when it is the name the server booted with.
 BOOT_JOB = "tpu_worker"
-_RELAY_MAIN = "compat_distribute.testing.cluster.relay"
-# Sockets handed to the relay per host each time the client's server is named:
-# a host keeps one connection to it, and makes another after a failure.
-_CLIENT_SOCKETS_PER_HOST = 2
 # The relay's name in reports and errors.
-RELAY = "relay"
+RELAY = relay.NAME
 # The servers' job in the cluster spec.
 _JOB = "worker"
 
@@ -144,89 +129,27 @@ class LocalServers:
         argv = ("--devices", str(self._devices_per_host), "--boot-job", BOOT_JOB)
         return task_lib.TaskSpec(_JOB, task_id, _SERVER_MAIN, argv, env)
 
-    def _listen(self):
-        """Listening sockets on this process's 127.0.0.1, one per server: the
-        relay's, bound here so that no other program takes the ports (inside
-        the fresh namespace every port is free)."""
-        count = self._num_hosts
-        wanted = self._hooks.pick_ports(count) if self._hooks.pick_ports else [0] * count
-        listeners = []
-        try:
-            for port in wanted:
-                listener = socket.socket()
-                listeners.append(listener)
-                try:
-                    listener.bind(("127.0.0.1", port))
-                except OSError as e:
-                    raise ClusterError(
-                        f"local_cluster: the relay's listening socket for 127.0.0.1:{port} "
-                        f"could not bind: {e}. Pick a free port (or let the cluster pick)."
-                    ) from None
-                listener.listen(socket.SOMAXCONN)
-        except BaseException:
-            for listener in listeners:
-                listener.close()
-            raise
-        return listeners
-
-    def _relay_spec(self, listeners):
-        forwards = [
-            flag
-            for listener in listeners
-            for flag in ("--forward", relay.forward_flag(listener, listener.getsockname()[1]))
-        ]
-        return task_lib.TaskSpec(
-            RELAY,
-            0,
-            _RELAY_MAIN,
-            tuple(forwards),
-            self._launcher.process_env(RELAY),
-            pass_fds=tuple(listener.fileno() for listener in listeners),
-            label=RELAY,
-        )
-
     def _launch(self):
         with self._launcher.launching() as launcher:
-            listeners = self._listen() if launcher.private_network is not None else []
-            try:
-                if listeners:
-                    ports = [listener.getsockname()[1] for listener in listeners]
-                else:
-                    ports = launcher.pick_ports(self._num_hosts)
-                keys = tf_config.task_keys(self._num_hosts, False)
+            with launcher.reach_servers(self._num_hosts) as (ports, helpers):
+                keys = tf_config.task_keys(self._num_hosts)
                 self._cluster_spec = tf_config.cluster_spec(keys, ports)
                 hosts = [self._task_spec(i) for i in range(self._num_hosts)]
-                launcher.spawn(hosts, [self._relay_spec(listeners)] if listeners else [])
-            finally:
-                for listener in listeners:  # The relay has its own copies.
-                    listener.close()
+                launcher.spawn(hosts, helpers)
             launcher.wait_ready()
 
     # -- Clients and faults --------------------------------------------------
 
     def forward_to_client(self, port):
         """Lets the hosts reach this process's server at 127.0.0.1:`port` (the
-        "localhost" job TensorFlow adds when this process connects as a client).
-
-        On the host network they reach it directly, and this does nothing.
-        """
-        helpers = self._launcher.helpers
-        if not helpers:
-            if self._launcher.private_network is None and self.running:
-                return
+        "localhost" job TensorFlow adds when this process connects as a client)."""
+        if not self.running:
             raise ClusterError("LocalServers is not running: call start() first.")
-        sockets = [socket.socket() for _ in range(_CLIENT_SOCKETS_PER_HOST * self._num_hosts)]
-        conn = helpers[0].conn
         try:
-            conn.send(protocol.Forward(port, len(sockets)))
-            with socket.socket(fileno=os.dup(conn.fileno())) as carrier:
-                socket.send_fds(carrier, [b"s"], [s.fileno() for s in sockets])
+            self._launcher.forward_to_client(port, self._num_hosts)
         except OSError:
             self.check()  # Names the relay (or a host) that died.
             raise
-        finally:
-            for s in sockets:  # The relay has its own copies.
-                s.close()
 
     def faults(self):
         """[(task id, what happened)] for each task that died or is stopped;
@@ -244,7 +167,7 @@ class LocalServers:
                 task.kill()
                 what = "was stopped (SIGSTOP or a debugger), so it was killed"
             elif code is not None:
-                what = self._exit_reason(task, code)
+                what = self._launcher.exit_reason(task, code)
             else:
                 continue
             if task in helpers:
@@ -263,21 +186,10 @@ class LocalServers:
                 continue
             raise ClusterTaskError(
                 f"local_cluster: {task.name} (pid {task.pid}) "
-                f"{self._exit_reason(task, code)}.\nOutput of {task.name} (last lines):\n"
+                f"{self._launcher.exit_reason(task, code)}.\nOutput of {task.name} (last lines):\n"
                 f"{report.indent(report.tail(task.output()))}",
                 task_type=task.task_type,
                 task_id=task.task_id,
                 exitcode=code,
                 output_tail=report.tail(task.output()),
             )
-
-    def _exit_reason(self, task, code):
-        """How `task` ended, and the zygote's death when that was the cause."""
-        zygote = self._launcher.zygote
-        what = report.exit_reason(code)
-        if task.forked and zygote is not None and zygote.process.poll() is not None:
-            what += (
-                f", as the zygote that forked it (pid {zygote.pid}) "
-                f"{report.exit_reason(zygote.process.poll())}"
-            )
-        return what

@@ -4,30 +4,31 @@ A `LocalCluster` (workers that run functions) and a `LocalServers` (a fake
 pod's hosts, and their relay) each own one `Launcher`; neither is the other.
 A launch, as the owner writes it:
 
-    with launcher.launching():              # stops what ran, makes the network and directory
+    with launcher.launching():              # stops what ran, opens the network and directory
         ports = launcher.pick_ports(n)
         launcher.spawn(task_specs, helper_specs)   # one `task.Task` per spec
         launcher.wait_ready()               # each said Ready, or the error naming the task
 
-An error inside the block stops everything launched so far. Each process runs
-`bootstrap` (`python -m`), then the main its `TaskSpec` names, and speaks
-`protocol` on its socket. Where two or more of a launch's tasks may be forked
-(`task.forkable`; not when `LaunchHooks.command` replaces command lines, nor
-with COMPAT_DISTRIBUTE_ZYGOTE=0), a zygote (see `zygote`) imports TensorFlow
-once and forks them; the others start as fresh processes. A zygote that fails
-fails the launch, naming it. Stopping asks each process to exit, then SIGTERM,
-then SIGKILL to its process group; every process is reaped, the private network
-closed and the directory removed. Launchers still running at exit are stopped.
-Start-up and stack-dump waits scale with `deadlines`.
+An error inside the block stops everything launched so far. Tasks start in the
+launch's network (`netns.open_network`: the one object that knows it), forked
+by the launch's zygote where `zygote` allows (not when `LaunchHooks.command`
+replaces command lines), else as fresh processes. `respawn` starts one task
+again from its spec. Stopping asks each process to exit, then SIGTERM, then
+SIGKILL to its process group; every process is reaped, the network closed and
+the directory removed. Launchers still running at exit are stopped, and so
+are they when a SIGTERM ends this process (where SIGTERM had its default
+action: see `_stop_on_sigterm`).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import signal
 import sys
+import threading
 import time
 import weakref
 from multiprocessing import connection as mp_connection
@@ -41,20 +42,18 @@ from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import task as task_lib
 from compat_distribute.testing.cluster import workdir as workdir_lib
+from compat_distribute.testing.cluster import zygote as zygote_lib
 
 __all__ = [
+    "ENDING",
     "EXIT_GRACE_S",
     "Launcher",
     "STACK_DUMP_WAIT_S",
     "TERM_GRACE_S",
-    "ZYGOTE_ENV_VAR",
     "dump_stacks",
     "running_launchers",
-    "spawn_all",
-    "start_zygote",
     "stop_all",
     "wait_ready",
-    "zygote_wanted",
 ]
 
 # How long a stack dump (SIGUSR1) may take to appear in the tasks' logs (scaled).
@@ -65,16 +64,36 @@ EXIT_GRACE_S = 2.0
 TERM_GRACE_S = 2.0
 # How often stopping looks whether the tasks it signalled have ended.
 _EXIT_POLL_S = 0.01
-# "0" starts every task as a fresh process; "1" (the default) forks them from a zygote.
-ZYGOTE_ENV_VAR = "COMPAT_DISTRIBUTE_ZYGOTE"
 
 _LIVE = weakref.WeakSet()
+# Set while a SIGTERM ends this process: what watches the tasks stands down.
+ENDING = threading.Event()
 
 
 @atexit.register
 def _stop_live_launchers():
     for launcher in list(_LIVE):
         launcher.stop(graceful=True)
+
+
+def _end_on_sigterm(signum, frame):
+    """Stops every launch (processes, networks, directories), then ends this
+    process by the SIGTERM it got, as its default action would have."""
+    del frame
+    ENDING.set()
+    for launcher in list(_LIVE):
+        launcher.stop(graceful=False)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _stop_on_sigterm():
+    """Where SIGTERM would end this process at once (its default action, as in
+    a pytest session), it first stops the launches. Set on the first launch
+    from the main thread; a handler of the program's own is left alone."""
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _end_on_sigterm)
 
 
 def running_launchers():
@@ -99,19 +118,25 @@ class Launcher:
         self._hooks = hooks
         self._who = who
         self._opt_out = opt_out
-        self.private_network: netns.PrivateNetwork | None = None
+        self.net = None  # The launch's network (see `netns`), while launched.
         self.workdir: workdir_lib.WorkDir | None = None
         # The tasks of the cluster spec, then processes launched beside them
         # (a relay): started, watched and stopped with them.
         self.tasks: list[task_lib.Task] = []
         self.helpers: list[task_lib.Task] = []
-        self.zygote: task_lib.Zygote | None = None
+        self.zygote: zygote_lib.Zygote | None = None
+        self._zygote_considered = False
 
     @property
     def network(self) -> str:
         """ "private" or "host"; resolving "auto" probes once per process."""
         self._network = netns.choose(self._network, who=self._who, opt_out=self._opt_out)
         return self._network
+
+    @property
+    def launched(self) -> bool:
+        """Whether a launch is open (its network and directory exist)."""
+        return self.workdir is not None
 
     @property
     def running(self) -> bool:
@@ -136,13 +161,14 @@ class Launcher:
         any error in the block stops what was launched."""
         context.check_can_launch()
         network = self.network
+        _stop_on_sigterm()
         self.stop(graceful=False)
         workdir_lib.reap_abandoned()
         _LIVE.add(self)
         try:
-            if network == "private":
-                self.private_network = netns.make()
+            self.net = netns.open_network(network)
             self.workdir = workdir_lib.WorkDir()
+            self._zygote_considered = False
             yield self
         except BaseException:
             self.stop(graceful=False)
@@ -153,6 +179,17 @@ class Launcher:
         the host even for a private network, where any port is free: still
         distinct within the launch, and the same code path."""
         return (self._hooks.pick_ports or ports.pick_ports)(count)
+
+    @contextlib.contextmanager
+    def reach_servers(self, count):
+        """([port, ...], helper specs) for `count` servers this process reaches
+        as a client, in the launch's network (see `netns`)."""
+        with self.net.reach_servers(count, self._hooks.pick_ports, self.process_env) as reach:
+            yield reach
+
+    def forward_to_client(self, port, servers):
+        """Lets `servers` servers reach this process's 127.0.0.1:`port`."""
+        self.net.forward_to_client(port, self.helpers, servers)
 
     def process_env(self, name):
         """The environment of the process `name`: this one's, its own TMPDIR, the env given."""
@@ -170,42 +207,92 @@ class Launcher:
         return env
 
     def spawn(self, task_specs, helper_specs=()):
-        """Starts a process per spec; on any failure kills those started and re-raises."""
-        specs = list(task_specs) + list(helper_specs)
-        self._start_zygote(specs)
-        launched = spawn_all(
-            specs,
-            workdir=self.workdir,
-            network=self.private_network,
-            hooks=self._hooks,
-            zygote=self.zygote,
-        )
-        self.tasks, self.helpers = launched[: len(task_specs)], launched[len(task_specs) :]
+        """Starts a process per spec (a zygote first where it would fork two or
+        more); on any failure kills those started and re-raises. Returns the tasks."""
+        task_specs, helper_specs = list(task_specs), list(helper_specs)
+        if not self._zygote_considered:  # Once per launch: a later spawn starts fresh processes.
+            self._zygote_considered = True
+            self._start_zygote(task_specs + helper_specs)
+        launched = []
+        try:
+            for spec in task_specs + helper_specs:
+                launched.append(self._start(spec))
+        except BaseException:
+            for task in launched:
+                task.kill()
+            for task in launched:
+                task.reap()
+            raise
+        self.tasks += launched[: len(task_specs)]
+        self.helpers += launched[len(task_specs) :]
+        return launched[: len(task_specs)]
+
+    def respawn(self, task):
+        """A new process for `task`'s spec (same TF_CONFIG, port, log and
+        TMPDIR) in its place, once `task`'s process group is killed and reaped."""
+        self.discard(task)
+        new = self._start(task.spec)
+        self.tasks.append(new)
+        return new
+
+    def discard(self, task):
+        """Kills and reaps `task`'s process group; it is no longer launched."""
+        task.kill()
+        task.reap()
+        self.tasks.remove(task)
+
+    def _start(self, spec):
+        zygote = self.zygote
+        if zygote is not None and zygote.can_fork(spec):
+            start = zygote.fork
+        else:
+            start = functools.partial(task_lib.start_fresh, network=self.net, command=self._hooks.command)
+        task = task_lib.Task(spec, log_path=self.workdir.log_path(spec.name), start=start)
+        self.workdir.record_task(task.pid)
+        if self._hooks.on_launch is not None:
+            self._hooks.on_launch(spec.name, task.pid)
+        return task
 
     def _start_zygote(self, specs):
         """Starts the launch's zygote (`self.zygote`) and waits for it, where it
         would fork two tasks or more."""
-        if self._hooks.command is not None or not zygote_wanted():
+        if self._hooks.command is not None or not zygote_lib.wanted():
             return
-        env = self.process_env(task_lib.Zygote.NAME)
+        env = self.process_env(zygote_lib.NAME)
         env.pop("TF_CONFIG", None)
-        mains = [spec.main for spec in specs if task_lib.forkable(spec, env)]
+        mains = [spec.main for spec in specs if zygote_lib.forkable(spec, env)]
         if len(mains) < 2:
             return
-        self.zygote = start_zygote(
+        self.zygote = zygote_lib.start(
             mains,
             env=env,
             workdir=self.workdir,
-            network=self.private_network,
-            hooks=self._hooks,
+            network=self.net,
+            on_launch=self._hooks.on_launch,
             start_timeout=self._start_timeout,
         )
 
-    def wait_ready(self):
-        wait_ready(self.tasks + self.helpers, self._start_timeout)
+    def wait_ready(self, tasks=None):
+        """Waits until `tasks` (default: every process launched) said Ready."""
+        waited = self.tasks + self.helpers if tasks is None else list(tasks)
+        # A zygote's death is the cause of its tasks' deaths: named first.
+        wait_ready(waited, self._start_timeout, lambda: self.check_zygote("during start-up"))
+        # Tasks may say Ready before their zygote dies, and die with it after.
+        self.check_zygote("during start-up")
+
+    def check_zygote(self, when):
+        """Raises the error naming the zygote if it has died."""
         if self.zygote is not None:
-            # Tasks may say Ready before their zygote dies, and die with it after.
-            self.zygote.check("during start-up")
+            self.zygote.check(when)
+
+    def zygote_failure(self, when):
+        """The error naming the zygote if it has died (`when`), else None."""
+        return None if self.zygote is None else self.zygote.failure(when)
+
+    def exit_reason(self, task, code):
+        """How `task` ended, and the zygote's death when that was the cause."""
+        cause = "" if self.zygote is None else self.zygote.death_of(task.process)
+        return report.exit_reason(code) + cause
 
     def stop(self, graceful):
         """Stops every process (asked to exit first when `graceful`), closes the
@@ -215,68 +302,20 @@ class Launcher:
         if self.zygote is not None:
             self.zygote.stop(EXIT_GRACE_S)
             self.zygote = None
-        if self.private_network is not None:
+        if self.net is not None:
             # Goes with its last process: all of them are reaped by now.
-            self.private_network.close()
-            self.private_network = None
+            self.net.close()
+            self.net = None
         if self.workdir is not None:
             self.workdir.remove()
             self.workdir = None
         _LIVE.discard(self)
 
 
-def zygote_wanted(environ=None) -> bool:
-    """Whether launches may fork their tasks from a zygote ($COMPAT_DISTRIBUTE_ZYGOTE)."""
-    return _env.read(ZYGOTE_ENV_VAR, environ) and hasattr(os, "pidfd_open")
-
-
-def start_zygote(mains, *, env, workdir, network, hooks, start_timeout):
-    """A ready `task.Zygote` (see `zygote`) for the launch in `workdir`: its
-    pid recorded there and given to `hooks.on_launch` as "zygote"."""
-    zygote = task_lib.Zygote(
-        mains, env=env, log_path=workdir.log_path(task_lib.Zygote.NAME), network=network
-    )
-    try:
-        workdir.record_task(zygote.pid)
-        if hooks.on_launch is not None:
-            hooks.on_launch(task_lib.Zygote.NAME, zygote.pid)
-        zygote.wait_ready(deadlines.scaled(start_timeout), deadlines.describe(start_timeout))
-    except BaseException:
-        zygote.stop(0)
-        raise
-    return zygote
-
-
-def spawn_all(specs, *, workdir, network, hooks, zygote=None):
-    """A started `task.Task` per spec, forked by `zygote` where `task.forkable`
-    says so; on any failure kills those started and re-raises."""
-    tasks = []
-    try:
-        for spec in specs:
-            forks = zygote is not None and task_lib.forkable(spec, zygote.env)
-            task = task_lib.Task(
-                spec,
-                log_path=workdir.log_path(spec.name),
-                network=network,
-                command=hooks.command,
-                zygote=zygote if forks else None,
-            )
-            tasks.append(task)
-            workdir.record_task(task.pid)
-            if hooks.on_launch is not None:
-                hooks.on_launch(spec.name, task.pid)
-    except BaseException:
-        for task in tasks:
-            task.kill()
-        for task in tasks:
-            task.reap()
-        raise
-    return tasks
-
-
-def wait_ready(tasks, timeout):
+def wait_ready(tasks, timeout, before_death=None):
     """Waits until every task said Ready; raises the error naming the task that
-    died, failed or did not start within `timeout` seconds (scaled; with stacks)."""
+    died (after calling `before_death`, which may raise a better one), failed
+    or did not start within `timeout` seconds (scaled; with stacks)."""
     limit = deadlines.scaled(timeout)
     deadline = time.monotonic() + limit
     while not all(t.ready for t in tasks):
@@ -294,8 +333,8 @@ def wait_ready(tasks, timeout):
                 message = conn.recv()
             except (EOFError, OSError):
                 code = task.wait(EXIT_GRACE_S)
-                if task.zygote is not None:
-                    task.zygote.check("during start-up")  # Its death is the cause.
+                if before_death is not None:
+                    before_death()
                 raise report.start_died(task, code) from None
             if isinstance(message, protocol.Alive):
                 task.alive = True

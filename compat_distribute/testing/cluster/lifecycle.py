@@ -1,29 +1,43 @@
-"""`LocalCluster`: start the tasks, run a function in all of them, tear them down."""
+"""`LocalCluster`: start the tasks, run functions in them, control each task, tear them down."""
 
 from __future__ import annotations
 
-import pickle
+import atexit
+import signal
+import sys
+import threading
 import time
-from multiprocessing import connection as mp_connection
+import weakref
 
-from compat_distribute import _validate
 from compat_distribute.testing import deadlines
+from compat_distribute.testing.cluster import calls
 from compat_distribute.testing.cluster import checks
 from compat_distribute.testing.cluster import launcher as launcher_lib
 from compat_distribute.testing.cluster import netns
+from compat_distribute.testing.cluster import output as output_lib
 from compat_distribute.testing.cluster import ports
 from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import task as task_lib
 from compat_distribute.testing.cluster import tf_config
 from compat_distribute.testing.cluster.errors import ClusterError
+from compat_distribute.testing.cluster.errors import ClusterTimeoutError
 
 __all__ = ["LocalCluster", "local_cluster"]
 
-# After one task fails, how long the others get to finish before they are
-# presumed blocked on the failed peer (collectives wait for every task).
-_FAILURE_GRACE_S = 1.0
 _WORKER_MAIN = "compat_distribute.testing.cluster.worker"
+# How often the watcher looks at the tasks between runs.
+WATCH_INTERVAL_S = 0.1
+# How long kill_task waits for the task to end (scaled).
+_KILL_WAIT_S = 10.0
+
+_LIVE = weakref.WeakSet()
+
+
+@atexit.register  # Runs before the launchers' own (registered earlier).
+def _stop_watching():
+    for cluster in list(_LIVE):
+        cluster._stop_watcher()  # pylint: disable=protected-access
 
 
 class _PortClash(Exception):
@@ -43,17 +57,23 @@ class LocalCluster:
         num_workers=2,
         *,
         has_chief=False,
+        ps=0,
+        evaluator=False,
         devices_per_worker=1,
         timeout=120,
         env=None,
+        task_env=None,
         start_timeout=None,
         network="auto",
         hooks=None,
+        auto_restart=False,
+        chief_ends_job=False,
+        stream_output=False,
     ):
         self._num_workers = checks.num_workers(num_workers)
-        if not isinstance(has_chief, bool):
-            raise TypeError(f"has_chief must be True or False; got {_validate.show(has_chief)}.")
-        self._has_chief = has_chief
+        self._has_chief = checks.flag("has_chief", has_chief)
+        self._ps = checks.task_count("ps", ps)
+        self._evaluator = checks.flag("evaluator", evaluator)
         self._devices_per_worker = checks.devices_per_worker(devices_per_worker)
         self._timeout = checks.positive_seconds("timeout", timeout)
         self._start_timeout = (
@@ -61,6 +81,10 @@ class LocalCluster:
             if start_timeout is None
             else checks.positive_seconds("start_timeout", start_timeout)
         )
+        self._auto_restart = checks.flag("auto_restart", auto_restart)
+        self._chief_ends_job = checks.flag("chief_ends_job", chief_ends_job)
+        self._stream_output = checks.flag("stream_output", stream_output)
+        self._streamer = None
         deadlines.scale()  # A bad $COMPAT_DISTRIBUTE_TIMEOUT_SCALE fails here.
         self._launcher = launcher_lib.Launcher(
             network=netns.check(network),
@@ -70,26 +94,37 @@ class LocalCluster:
             who="local_cluster(network='auto') runs its tasks",
             opt_out="Pass network='host'",
         )
+        self._keys = tf_config.task_keys(self._num_workers, self._has_chief, self._ps, self._evaluator)
+        hook = checks.task_env_hook(task_env)
+        self._task_envs = {key: {} if hook is None else checks.task_env(hook, *key) for key in self._keys}
         self._cluster_spec: dict[str, tuple[str, ...]] = {}
-        self._failure = None  # Why the last tasks were torn down, if a fault.
+        self._specs: dict[tuple[str, int], task_lib.TaskSpec] = {}
+        self._down: dict[tuple[str, int], str] = {}  # Why a launched task does not run.
+        self._killing: dict[tuple[str, int], str] = {}  # kill_task's signal, until it ended.
+        self._died: dict[tuple[str, int], tuple] = {}  # (pid, code, output) of a death between runs.
+        self._failure = None  # Why the last tasks were torn down, if they were.
+        self.job_ended = None  # Why the chief's end ended the job (chief_ends_job).
         self._call_count = 0
+        self._lock = threading.RLock()  # A run, a start, a restart: one at a time.
+        self._watcher = None
+        self._watching = threading.Event()
 
     # -- Public surface ------------------------------------------------------
 
     @property
     def task_names(self) -> list[str]:
-        """Tasks in result order: "chief 0" first, then "worker 0", "worker 1"..."""
-        return [tf_config.task_name(*key) for key in self._task_keys()]
+        """Tasks in result order: "chief 0", "worker 0", "worker 1"..., "ps 0"..., "evaluator 0"."""
+        return [tf_config.task_name(*key) for key in self._keys]
 
     @property
     def cluster_spec(self) -> dict[str, tuple[str, ...]]:
-        """{job: ("127.0.0.1:port", ...)} of the running tasks."""
+        """{job: ("127.0.0.1:port", ...)} of the tasks."""
         return dict(self._cluster_spec)
 
     @property
-    def pids(self) -> list[int]:
-        """Process ids of the running tasks, in task order."""
-        return self._launcher.pids
+    def pids(self) -> list[int | None]:
+        """Process ids of the tasks, in task order; None for a task that does not run."""
+        return [None if task is None else task.pid for task in map(self._task, self._keys)]
 
     @property
     def zygote_pid(self) -> int | None:
@@ -99,7 +134,10 @@ class LocalCluster:
 
     @property
     def running(self) -> bool:
-        return self._launcher.running
+        """Whether every task of the cluster runs: False before `start()`,
+        after a fault, and once any task's process has ended."""
+        tasks = self._launcher.tasks
+        return len(tasks) == len(self._keys) and not any(t.has_exited() for t in tasks)
 
     @property
     def directory(self) -> str | None:
@@ -118,25 +156,80 @@ class LocalCluster:
         return self._launcher.network
 
     def output(self, task_type, task_id) -> str:
-        """Everything the task has written to stdout/stderr while it runs."""
-        for t in self._launcher.tasks:
-            if (t.task_type, t.task_id) == (task_type, task_id):
-                return t.output()
-        raise ValueError(
-            f"no running task {task_type} {task_id}; tasks: "
-            f"{', '.join(self.task_names) if self.running else 'none (not running)'}."
-        )
+        """Everything the task's processes have written to stdout/stderr since `start()`."""
+        key = checks.task_key(self._keys, task_type, task_id)
+        if not self._launcher.launched:
+            raise ClusterError(
+                "this local_cluster is not running, and its tasks' logs went with it (a "
+                "fault keeps them: the error names where)."
+            )
+        with open(self._launcher.workdir.log_path(tf_config.task_name(*key)), "rb") as f:
+            return f.read().decode("utf-8", "replace")
 
     def start(self):
-        """Launches every task and waits until each has imported TensorFlow."""
-        if not self.running:
-            self._launch()
+        """Launches every task that does not run, and waits until each is ready."""
+        with self._lock:
+            if not self._launcher.launched:
+                self._launch(self._keys)
+            elif self._down:
+                self._start_down(list(self._down))
         return self
+
+    def start_task(self, task_type, task_id):
+        """Starts one task: alone, before `start()` (the others start with
+        `start()` or their own `start_task`), or again after `kill_task`,
+        with the same address and TF_CONFIG. A running task is left alone."""
+        key = checks.task_key(self._keys, task_type, task_id)
+        with self._lock:
+            if not self._launcher.launched:
+                self._launch([key])
+            elif key in self._down:
+                self._start_down([key])
+        return self
+
+    def kill_task(self, task_type, task_id, sig=None):
+        """Sends `sig` (default SIGKILL) to the task's process group and waits
+        until it has ended; safe to call from another thread during a run.
+
+        The task stays down until `start_task` (with auto_restart: a task that
+        ended with a non-zero status is started again at once). A run that
+        needs it fails naming it.
+        """
+        key = checks.task_key(self._keys, task_type, task_id)
+        sig = checks.task_signal(signal.SIGKILL if sig is None else sig)
+        task = self._task(key)
+        if task is None or task.has_exited():
+            raise ClusterError(
+                f"local_cluster: {tf_config.task_name(*key)} does not run "
+                f"({self._down.get(key, 'it has ended')}): nothing to kill."
+            )
+        self._killing[key] = f"kill_task({sig.name})"
+        task.signal_group(sig)
+        deadline = time.monotonic() + deadlines.scaled(_KILL_WAIT_S)
+        while not task.has_exited() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not task.has_exited():
+            self._killing.pop(key, None)
+            raise ClusterTimeoutError(
+                f"local_cluster: {task.name} (pid {task.pid}) did not end within "
+                f"{deadlines.describe(_KILL_WAIT_S)} of {sig.name}; it still runs. "
+                f"kill_task({task.task_type!r}, {task.task_id}) with the default SIGKILL ends it.",
+                pending=[task.name],
+                stacks={},
+            )
+        if self._lock.acquire(blocking=False):  # Else a run deals with it.
+            try:
+                self._notice_deaths()
+            finally:
+                self._lock.release()
 
     def stop(self):
         """Asks every task to exit, kills their process groups, reaps them."""
-        self._launcher.stop(graceful=True)
-        self._failure = None
+        self._stop_watcher()
+        with self._lock:
+            self._launcher.stop(graceful=True)
+            self._failure = None
+            self._forget_tasks()
 
     def __enter__(self):
         return self.start()
@@ -151,149 +244,273 @@ class LocalCluster:
         module-level function); args, kwargs and each result must pickle.
 
         Raises:
-            ClusterTaskError: a task raised (its traceback and output are in the
-                message), died, or was stopped; the cluster is torn down.
+            ClusterTaskError: a task raised (the error is also of the task's
+                exception class, with its traceback and output in the message),
+                died, or was stopped; the cluster is torn down.
             ClusterTimeoutError: some task did not answer within `timeout`
                 seconds; every task's stack is in the message; torn down.
-            ClusterError: the cluster was torn down by an earlier fault.
+            ClusterError: the cluster was torn down by an earlier fault, or a
+                task it needs does not run.
         """
+        return self.run_on(self._keys, fn, *args, **kwargs)
+
+    def run_on(self, tasks, fn, /, *args, **kwargs):
+        """`run` in some tasks only: `tasks` is a job name ("chief"), a
+        (task_type, task_id) pair, or a list of those; results in task order."""
+        keys = checks.task_selection(tasks, self._keys)
         module, qualname = protocol.function_reference(fn)
         self._call_count += 1
         call = protocol.dumps_call(self._call_count, module, qualname, args, kwargs)
-        if not self.running:
-            if self._failure is not None:
-                raise ClusterError(
-                    f"this local_cluster was torn down after a fault ({self._failure}); "
-                    f"call start() to launch fresh tasks, or create a new cluster."
-                )
-            raise ClusterError(
-                "this local_cluster is not running: use `with local_cluster(...) as "
-                "cluster:` or call cluster.start() before run()."
-            )
-        for attempt in range(ports.PORT_CLASH_RETRIES + 1):
-            try:
-                return self._call(self._call_count, call, f"{module}:{qualname}")
-            except _PortClash as clash:
-                if attempt == ports.PORT_CLASH_RETRIES:
-                    error = clash.args[0]
-                    error.args = (
-                        f"{error.args[0]}\nTensorFlow could not bind a port in "
-                        f"{attempt + 1} launches with fresh ports.",
-                    )
-                    self._failure = str(error).splitlines()[0]
-                    raise error from None
-                self._launch()
+        function = f"{module}:{qualname}"
+        with self._lock:
+            self._check_can_call(keys, function)
+            for attempt in range(ports.PORT_CLASH_RETRIES + 1):
+                try:
+                    return self._call(keys, self._call_count, call, function)
+                except _PortClash as clash:
+                    if attempt == ports.PORT_CLASH_RETRIES:
+                        error = clash.args[0]
+                        error.args = (
+                            f"{error.args[0]}\nTensorFlow could not bind a port in "
+                            f"{attempt + 1} launches with fresh ports.",
+                        )
+                        self._failure = f"after a fault ({str(error).splitlines()[0]})"
+                        raise error from None
+                    self._launch(self._keys)
         raise AssertionError("unreachable")
 
     # -- Start-up ------------------------------------------------------------
 
-    def _task_keys(self):
-        return tf_config.task_keys(self._num_workers, self._has_chief)
+    def _task(self, key):
+        return next((t for t in self._launcher.tasks if t.key == key), None)
 
     def _task_spec(self, task_type, task_id):
         env = self._launcher.process_env(tf_config.task_name(task_type, task_id))
+        env.update(self._task_envs[task_type, task_id])
         env["TF_CONFIG"] = tf_config.for_task(self._cluster_spec, task_type, task_id).to_json()
         argv = ("--devices", str(self._devices_per_worker))
+        if self._ps and task_type in tf_config.SERVING_JOBS:
+            argv += ("--serve",)  # As TensorFlow's parameter-server training has them.
         return task_lib.TaskSpec(task_type, task_id, _WORKER_MAIN, argv, env)
 
-    def _launch(self):
-        self._failure = None
+    def _launch(self, keys):
+        """A fresh launch (new ports) that starts the tasks `keys`."""
+        self._stop_watcher()
+        self._failure = self.job_ended = None
+        self._forget_tasks()
         with self._launcher.launching() as launcher:
-            keys = self._task_keys()
-            self._cluster_spec = tf_config.cluster_spec(keys, launcher.pick_ports(len(keys)))
-            launcher.spawn([self._task_spec(*key) for key in keys])
+            named = tf_config.in_cluster_spec(self._keys)
+            self._cluster_spec = tf_config.cluster_spec(named, launcher.pick_ports(len(named)))
+            self._specs = {key: self._task_spec(*key) for key in self._keys}
+            if self._stream_output:
+                self._streamer = output_lib.Streamer(
+                    {spec.name: launcher.workdir.log_path(spec.name) for spec in self._specs.values()}
+                )
+            launcher.spawn([self._specs[key] for key in keys])
             launcher.wait_ready()
+        self._down = {key: "not started" for key in self._keys if key not in keys}
+        self._start_watcher()
+
+    def _start_down(self, keys):
+        try:
+            started = self._launcher.spawn([self._specs[key] for key in keys])
+            for key in keys:
+                del self._down[key]
+            self._launcher.wait_ready(started)
+        except BaseException:
+            self._teardown("after a failed start")
+            raise
+
+    def _forget_tasks(self):
+        self._down, self._killing, self._died = {}, {}, {}
+
+    # -- Tasks that end --------------------------------------------------------
+
+    def tasks(self):
+        """Every running task (for `calls.collect`)."""
+        return list(self._launcher.tasks)
+
+    def may_restart_after_raise(self):
+        return self._auto_restart
+
+    def on_death(self, task, code, may_restart=True):
+        """What becomes of `task`, whose process ended with `code` (see
+        `calls.collect`): the restarted task, "down", "ended" or "fault"."""
+        killed_by = self._killing.pop(task.key, None)
+        if self._chief_ends_job and task.task_type == "chief":
+            if not (self._auto_restart and code != 0):
+                self.job_ended = (
+                    f"{task.name} {report.exit_reason(code)}, and chief_ends_job=True ends "
+                    f"the job with it"
+                )
+                return "ended"
+        if self._auto_restart and code != 0 and may_restart:
+            return self.restart(task, f"{report.exit_reason(code)}")
+        if killed_by is not None:
+            self._launcher.discard(task)
+            self._down[task.key] = f"{report.exit_reason(code)}, by {killed_by}"
+            return "down"
+        return "fault"
+
+    def restart(self, task, why="raised"):
+        """`task` again, as a new process with the same address and TF_CONFIG (auto_restart)."""
+        old_pid = task.pid
+        new = self._launcher.respawn(task)
+        print(
+            f"local_cluster: {task.name} (pid {old_pid}) {why}; auto_restart started it "
+            f"again as pid {new.pid}.",
+            file=sys.stderr,
+            flush=True,
+        )
+        self._launcher.wait_ready([new])
+        return new
+
+    def _notice_deaths(self):
+        """Deals with the tasks that ended outside a run (the lock is held)."""
+        if not self._launcher.launched or launcher_lib.ENDING.is_set():
+            return
+        for task in list(self._launcher.tasks):
+            if not task.has_exited():
+                continue
+            code = task.wait(launcher_lib.EXIT_GRACE_S)
+            verdict = self.on_death(task, code)
+            if verdict == "ended":
+                self._teardown(f"when {self.job_ended}")
+                return
+            if verdict == "fault" and task.key not in self._died:
+                self._died[task.key] = (task.pid, code, task.output(task.output_start))
+                print(
+                    f"local_cluster: {task.name} (pid {task.pid}) {self._launcher.exit_reason(task, code)} "
+                    f"between runs; the next run raises ClusterTaskError naming it.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    def _start_watcher(self):
+        self._watching = threading.Event()
+        self._watcher = threading.Thread(
+            target=self._watch, args=(self._watching,), name="local_cluster watcher", daemon=True
+        )
+        _LIVE.add(self)
+        self._watcher.start()
+
+    def _stop_watcher(self):
+        self._watching.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join()
+        self._watcher = None
+        if self._streamer is not None:
+            self._streamer.pump(final=True)  # Before the logs go.
+
+    def _watch(self, stop):
+        while not stop.wait(WATCH_INTERVAL_S):
+            if self._streamer is not None:
+                self._streamer.pump()
+            if self._lock.acquire(blocking=False):  # Else a run or a start is on.
+                try:
+                    if not stop.is_set():
+                        self._notice_deaths()
+                finally:
+                    self._lock.release()
 
     # -- Calls ---------------------------------------------------------------
 
-    def _call(self, call_id, call, function):
-        """Sends the pickled `call` to every task; their results in task order."""
-        tasks = self._launcher.tasks
-        starts = {t.name: t.output_size() for t in tasks}
+    def _check_can_call(self, keys, function):
+        if self._failure is not None:
+            raise ClusterError(
+                f"this local_cluster was torn down {self._failure}; call start() to launch "
+                f"fresh tasks, or create a new cluster."
+            )
+        if not self._launcher.launched:
+            raise ClusterError(
+                "this local_cluster is not running: use `with local_cluster(...) as "
+                "cluster:` or call cluster.start() before run()."
+            )
+        self._notice_deaths()
+        if self._failure is not None:  # The job ended meanwhile.
+            self._check_can_call(keys, function)
+        if self._died:
+            key, (pid, code, output) = next(iter(self._died.items()))
+            logs = self._keep_logs()
+            error = report.died_between_runs(
+                tf_config.task_name(*key), key, pid, code, function, output, logs
+            )
+            self._teardown(f"after a fault ({str(error).splitlines()[0]})")
+            raise error
+        down = [key for key in keys if key in self._down]
+        if down:
+            names = ", ".join(f"{tf_config.task_name(*key)} ({self._down[key]})" for key in down)
+            raise ClusterError(
+                f"local_cluster: run({function}) needs {names}, which does not run. Call "
+                f"start_task{down[0]!r} (or start()) first, or run_on the tasks that run."
+            )
+
+    def _call(self, keys, call_id, call, function):
+        """Sends the pickled `call` to the tasks `keys`; their results in task order."""
+        starts = {t.name: t.output_size() for t in self._launcher.tasks}
         try:
-            for t in tasks:
-                t.conn.send_bytes(call)
-            results, failures = self._collect(call_id)
-            if failures or len(results) < len(tasks):
-                self._fail(function, results, failures, starts)
-            return [results[t.name] for t in tasks]
+            targets = [self._task(key) for key in keys]
+            outcome = calls.collect(self, targets, call, call_id, self._timeout)
+            if outcome.job_ended:
+                self._teardown(f"when {outcome.job_ended}")
+                raise ClusterError(
+                    f"local_cluster: {outcome.job_ended}: every task was stopped during "
+                    f"run({function})."
+                )
+            if outcome.failures or outcome.pending:
+                self._fail(function, outcome, starts)
+            return [outcome.results[tf_config.task_name(*key)] for key in keys]
         except BaseException:
             # KeyboardInterrupt, or an error on the way: leave nothing running.
-            self._launcher.stop(graceful=False)
+            self._teardown(self._failure or "after an interrupted run")
             raise
 
-    def _collect(self, call_id):
-        """Every task's answer: ({name: result}, [TaskRaised | TaskDied, ...])."""
-        results, failures = {}, []
-        first_failure_at = None
-        deadline = time.monotonic() + deadlines.scaled(self._timeout)
-        pending = list(self._launcher.tasks)
-        while pending:
-            remaining = deadline - time.monotonic()
-            if failures:  # The others are probably blocked on the failed task.
-                remaining = min(remaining, first_failure_at + _FAILURE_GRACE_S - time.monotonic())
-            if remaining <= 0:
-                break
-            for conn in mp_connection.wait([t.conn for t in pending], remaining):
-                task = next(t for t in pending if t.conn is conn)
-                pending.remove(task)
-                failure = self._receive(task, call_id, results)
-                if failure is not None:
-                    failures.append(failure)
-                    first_failure_at = first_failure_at or time.monotonic()
-        return results, failures
+    def _keep_logs(self):
+        """Keeps every task's log past the teardown (see `workdir.keep_logs`); the path."""
+        self._stop_watcher()  # Streams what is left first.
+        return self._launcher.workdir.keep_logs()
 
-    @staticmethod
-    def _receive(task, call_id, results):
-        """Stores `task`'s result in `results`, or returns its failure."""
-        try:
-            data = task.conn.recv_bytes()
-        except (EOFError, OSError):
-            return protocol.TaskDied(task.name, task.wait(launcher_lib.EXIT_GRACE_S))
-        try:
-            answer = pickle.loads(data)
-        except Exception as e:  # pylint: disable=broad-except
-            why = f"unpickling the result of {task.name} here failed: {type(e).__name__}: {e}\n"
-            return protocol.TaskRaised(
-                task.name, protocol.Raised(call_id, type(e).__name__, str(e), why)
-            )
-        if answer.call_id != call_id:
-            raise AssertionError(f"{task.name} answered call {answer.call_id}, not {call_id}")
-        if isinstance(answer, protocol.Raised):
-            return protocol.TaskRaised(task.name, answer)
-        results[task.name] = answer.value
-        return None
+    def _teardown(self, why):
+        self._stop_watcher()
+        self._launcher.stop(graceful=False)
+        self._forget_tasks()
+        self._failure = why
 
-    def _fail(self, function, results, failures, starts):
+    def _fail(self, function, outcome, starts):
         """Dumps stacks, tears the tasks down and raises the error for a call of
         `function` ("module:qualname")."""
         tasks = list(self._launcher.tasks)
+        failures = report.causes_first(outcome.failures)
         failed = {f.task for f in failures}
-        pending = [t for t in tasks if t.name not in results and t.name not in failed]
-        outputs = {t.name: t.output(starts[t.name]) for t in tasks}
+        pending = [t for t in outcome.pending if t.name not in failed]
+        seen = tasks + [t for t in outcome.pending + outcome.gone if t not in tasks]
+        outputs = {t.name: t.output(starts.get(t.name, t.output_start)) for t in seen}
         stacks = launcher_lib.dump_stacks(tasks)
         # Read before the teardown: a killed task is no longer stopped.
         stopped = {t.name for t in tasks if t.stopped()}
-        zygote = self._launcher.zygote
         # The tasks die with their zygote: then it is the one to name.
-        died = None if zygote is None else zygote.failure(f"during run({function})")
-        self._launcher.stop(graceful=False)
+        died = self._launcher.zygote_failure(f"during run({function})")
+        logs = self._keep_logs()
+        self._teardown("after a fault")
         if died is not None:
-            self._failure = str(died).splitlines()[0]
-            raise died
+            self._failure = f"after a fault ({str(died).splitlines()[0]})"
+            raise report.with_logs(died, logs)
         if failures:
+            first = failures[0]
+            cause = first.raised.unpickled_exception() if isinstance(first, protocol.TaskRaised) else None
             error = report.call_failure(
-                function, tasks, failures, pending, stacks, outputs, stopped
+                function, seen, failures, pending, stacks, outputs, stopped, cause, logs
             )
         else:
             error = report.call_timeout(
                 function,
                 deadlines.describe(self._timeout),
-                tasks,
+                seen,
                 pending,
                 stacks,
                 outputs,
                 stopped,
+                logs,
             )
         # The bind failure shows in TF's log, or (when TF_CPP_MIN_LOG_LEVEL hides
         # the log) only in the exception the task raised.
@@ -304,28 +521,26 @@ class LocalCluster:
         ]
         if any(ports.mentions_port_clash(text) for text in texts):
             raise _PortClash(error)
-        self._failure = str(error).splitlines()[0]
+        self._failure = f"after a fault ({str(error).splitlines()[0]})"
         if failures and isinstance(failures[0], protocol.TaskRaised) and not stopped:
             raise error from failures[0].raised.unpickled_exception()
         raise error
 
 
-def local_cluster(
-    num_workers=2,
-    *,
-    has_chief=False,
-    devices_per_worker=1,
-    timeout=120,
-    env=None,
-    start_timeout=None,
-    network="auto",
-    hooks=None,
-) -> LocalCluster:
+def local_cluster(num_workers=2, **options) -> LocalCluster:
     """A cluster of local processes that runs a function in every task.
 
     Args:
         num_workers: number of "worker" tasks (1 to 64).
         has_chief: also start a "chief" task; it comes first in results.
+        ps: number of "ps" (parameter server) tasks (0 to 64). With ps > 0,
+            every "worker" and "ps" task starts its tf.distribute.Server from
+            its TF_CONFIG before it is ready (and again when restarted), as
+            parameter-server training needs: run the coordinator on the chief
+            with `run_on("chief", fn)`.
+        evaluator: also start an "evaluator" task (last in results); its
+            TF_CONFIG names the cluster of the others and task evaluator 0, as
+            TensorFlow's side-car evaluation expects.
         devices_per_worker: virtual CPU devices each task gets (1 to 256), set up
             before the function runs any op.
         timeout: seconds a `run` may take before it fails with every task's stack.
@@ -333,6 +548,10 @@ def local_cluster(
             (default 1; see `compat_distribute.testing.deadlines`).
         env: extra environment variables for the tasks (str -> str). TF_CONFIG is
             written by the cluster for each task and cannot be given here.
+        task_env: `(task_type, task_id) -> {str: str}`, more environment for
+            one task (e.g. CUDA_VISIBLE_DEVICES round robin), called once per
+            task when the cluster is made. A task whose environment differs from the
+            others' in a variable read at import starts as a fresh process.
         start_timeout: seconds the tasks may take to start (import TensorFlow);
             default max(timeout, 60).
         network: "private": every task runs in one network namespace of the
@@ -345,18 +564,18 @@ def local_cluster(
             RuntimeWarning saying why.
         hooks: a `LaunchHooks` through which tests inject faults into the
             launches (ports, commands); None for none.
+        auto_restart: a task whose process ends with a non-zero status, or
+            whose call raises, is started again (same address and TF_CONFIG)
+            and runs the call again, up to 3 times per call.
+        chief_ends_job: once the chief's process ends, every task is stopped
+            and `run` raises ClusterError saying so (with auto_restart, only
+            when the chief exits with status 0; otherwise it is restarted).
+        stream_output: write each task's output to this process's stdout as
+            it comes, each line behind "[worker-1] ". Either way a fault keeps
+            every task's log, and its error says where.
 
     Returns:
         A `LocalCluster`, not started: use it in a `with` statement, or call
         `start()`/`stop()`.
     """
-    return LocalCluster(
-        num_workers,
-        has_chief=has_chief,
-        devices_per_worker=devices_per_worker,
-        timeout=timeout,
-        env=env,
-        start_timeout=start_timeout,
-        network=network,
-        hooks=hooks,
-    )
+    return LocalCluster(num_workers, **options)

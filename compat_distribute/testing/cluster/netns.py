@@ -1,28 +1,22 @@
-"""Private network namespaces: each cluster's servers reachable by its tasks alone.
+"""How a launch's tasks get their network: the one seam the launcher holds (internal).
 
-Internal: not part of the public API; the names below may change.
+TensorFlow's gRPC server binds 0.0.0.0 whatever TF_CONFIG says
+(`GrpcServer::Init` in grpc_server_lib.cc), so a test's servers would be
+reachable from the network, and they run any graph sent to them. A launch
+therefore runs its tasks in a `PrivateNetwork`: a network namespace (Linux)
+whose only interface is its own loopback, made by `unshare --net` (root) or
+`unshare --user --map-root-user --net` (user namespaces), held by descriptors
+of this process and entered by each task with `nsenter`; it goes with its last
+task. A client in this process reaches servers inside through the relay (see
+`relay`). `HostNetwork` is this process's network (`network="host"`, or
+"auto" where no namespace can be made, with a warning saying why).
 
-The cluster spec names 127.0.0.1 only, but TensorFlow's gRPC server
-has no bind-address option: `GrpcServer::Init` in
-tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc calls
-`builder.AddListeningPort("0.0.0.0:" + std::to_string(requested_port), ...)`,
-so every task would listen on every interface of the machine. With
-`network="private"` all tasks of a cluster run in one network namespace of
-their own (Linux), whose only interface is its own loopback: their servers
-are reachable from the tasks of that cluster and from nothing else, this
-process included (it drives the tasks over socketpairs, which cross
-namespaces). Tasks then have no network beyond that loopback. The namespace is
-made by `unshare --net` (root) or `unshare --user --map-root-user --net`
-(unprivileged, where user namespaces are enabled; the tasks then see their uid
-as 0 in that user namespace, with no more rights on the host than the caller),
-held by file descriptors of this process, and entered by each task with
-`nsenter`; it disappears with the last task once the cluster stops.
-`network="auto"` (the default) is private where that works and otherwise host, with a warning saying why;
-`network="host"` runs the tasks in this process's namespace. A process that
-must itself reach the servers (a pod's client) does so through a relay (see
-`relay`), which `host.LocalServers` launches into the namespace.
+The launcher asks `open(name)` for one object per launch and nothing else
+knows which it got: `enter(argv, pass_fds)` for each process it starts,
+`reach_servers` / `forward_to_client` for a client here, `close()`.
 """
 
+import contextlib
 import os
 import select
 import shutil
@@ -34,10 +28,21 @@ import warnings
 
 from compat_distribute import _validate
 from compat_distribute.testing import deadlines
+from compat_distribute.testing.cluster import ports as ports_lib
+from compat_distribute.testing.cluster import relay
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster.errors import ClusterError
 
-__all__ = ["NETWORKS", "PrivateNetwork", "check", "choose", "make", "probe", "support"]
+__all__ = [
+    "HostNetwork",
+    "NETWORKS",
+    "PrivateNetwork",
+    "check",
+    "choose",
+    "open_network",
+    "probe",
+    "support",
+]
 
 # How long the namespace's maker may take to exit once told to.
 _MAKER_EXIT_S = 2.0
@@ -65,6 +70,31 @@ sys.stdin.read()
 """
 
 
+class HostNetwork:
+    """This process's network: the tasks' servers listen on all its interfaces."""
+
+    name = "host"
+    fds = ()
+
+    def enter(self, argv, pass_fds=()):
+        """(argv, pass_fds) that start a process in this network: unchanged."""
+        return list(argv), tuple(pass_fds)
+
+    def close(self):
+        pass
+
+    @contextlib.contextmanager
+    def reach_servers(self, count, pick_ports, env):
+        """([port, ...], helper specs) for `count` servers that this process
+        reaches at 127.0.0.1:port: here, directly, at the ports picked."""
+        del env
+        yield (pick_ports or ports_lib.pick_ports)(count), []
+
+    def forward_to_client(self, port, helpers, count):
+        """Nothing to do: the servers reach this process's 127.0.0.1:`port` directly."""
+        del port, helpers, count
+
+
 class PrivateNetwork:
     """A network namespace with only its loopback up, held by open descriptors.
 
@@ -72,6 +102,8 @@ class PrivateNetwork:
     this one has opened its /proc/PID/ns files; the namespace lives while those
     descriptors are open or a task is inside, and goes with the last of them.
     """
+
+    name = "private"
 
     def __init__(self, unshare, nsenter, user):
         self._nsenter = nsenter
@@ -123,18 +155,36 @@ class PrivateNetwork:
         """Descriptors a task must inherit to enter the namespace."""
         return tuple(self._fds.values())
 
-    def enter(self, command):
-        """`command` prefixed to run inside the namespace (nsenter execs it:
-        the pid stays the command's own)."""
+    def enter(self, argv, pass_fds=()):
+        """(argv, pass_fds) that start `argv` inside the namespace (nsenter
+        execs it: the pid stays the command's own)."""
         prefix = [self._nsenter]
         if self._user:
             prefix += [f"--user=/proc/self/fd/{self._fds['user']}", "--preserve-credentials"]
-        return prefix + [f"--net=/proc/self/fd/{self._fds['net']}", "--"] + list(command)
+        prefix += [f"--net=/proc/self/fd/{self._fds['net']}", "--"]
+        return prefix + list(argv), tuple(pass_fds) + self.fds
 
     def close(self):
         fds, self._fds = self._fds, {}
         for fd in fds.values():
             os.close(fd)
+
+    @contextlib.contextmanager
+    def reach_servers(self, count, pick_ports, env):
+        """([port, ...], [relay spec]) for `count` servers inside that this
+        process reaches at 127.0.0.1:port through the relay (see `relay`)."""
+        listeners = relay.listen(pick_ports(count) if pick_ports else [0] * count)
+        try:
+            yield [listener.getsockname()[1] for listener in listeners], [
+                relay.spec(listeners, env)
+            ]
+        finally:
+            for listener in listeners:  # The relay has its own copies.
+                listener.close()
+
+    def forward_to_client(self, port, helpers, count):
+        """Lets `count` servers inside reach this process's 127.0.0.1:`port`."""
+        relay.forward_to_client(helpers[0].conn, port, count)
 
 
 def probe():
@@ -154,9 +204,10 @@ def probe():
             failures.append(str(e))
             continue
         try:
+            argv, pass_fds = network.enter([sys.executable, "-I", "-S", "-c", ""])
             entered = subprocess.run(
-                network.enter([sys.executable, "-I", "-S", "-c", ""]),
-                pass_fds=network.fds,
+                argv,
+                pass_fds=pass_fds,
                 capture_output=True,
                 timeout=deadlines.scaled(_NAMESPACE_TIMEOUT_S),
             )
@@ -222,8 +273,11 @@ def choose(
     return "host"
 
 
-def make():
-    """A new PrivateNetwork, or ClusterError saying why none can be made here."""
+def open_network(name):
+    """The network of one launch: a new `PrivateNetwork` for "private" (or
+    ClusterError saying why none can be made here), `HostNetwork` for "host"."""
+    if name == "host":
+        return HostNetwork()
     answer = support()
     if isinstance(answer, str):
         raise ClusterError(

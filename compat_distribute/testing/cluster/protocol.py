@@ -98,16 +98,18 @@ class Raised:
     exception: bytes | None = None  # Pickled, when the exception pickles.
 
     @classmethod
-    def from_exception(cls, call_id, e):
+    def from_exception(cls, call_id, e, hint=None):
+        """`e` as raised in the task; `hint`: what the task knows of its cause, if anything."""
         try:
             exception = pickle.dumps(e)
             pickle.loads(exception)
         except Exception:  # pylint: disable=broad-except
             exception = None
+        message = str(e) if hint is None else f"{str(e).rstrip()} (Hint: {hint})"
         return cls(
             call_id,
             type(e).__name__,
-            str(e),
+            message,
             "".join(traceback.format_exception(type(e), e, e.__traceback__)),
             exception,
         )
@@ -210,10 +212,11 @@ class TaskRaised:
 
 @dataclasses.dataclass(frozen=True)
 class TaskDied:
-    """A task's connection closed during a call: the process ended."""
+    """A task's process ended during a call."""
 
     task: str
     exitcode: int | None  # None: still not reaped after the grace period.
+    by: str = ""  # What ended it on purpose ("kill_task"), if anything.
 
 
 # -- Functions by reference -------------------------------------------------

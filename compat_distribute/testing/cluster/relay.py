@@ -1,26 +1,22 @@
-"""The main of the relay between a client and servers in a private network.
+"""The relay between a client in this process and servers in a private network (internal).
 
-Internal: not part of the public API; the names below may change.
+Both ends live here. TensorFlow's servers listen on 0.0.0.0 (see `netns`), so
+a `netns.PrivateNetwork` keeps them in a namespace of their own, and a client
+here reaches them through the relay: `listen` binds one socket per server on
+this process's 127.0.0.1, and `spec` launches the relay into the namespace
+with those sockets; it accepts on them and connects each connection to
+127.0.0.1 at the same port inside, where the server listens. One cluster spec
+(127.0.0.1 addresses) holds on both sides, and nothing listens on any other
+address of the machine.
 
-TensorFlow's servers listen on 0.0.0.0 (see `netns`), so `LocalServers` keeps
-them in a private network namespace, where that means its own loopback, and
-its client (the parent process, outside) reaches them through this relay: the
-parent binds one listening socket per server on its own 127.0.0.1, at the
-server's port, and launches the relay as a task inside the namespace, handing
-it those sockets. The relay accepts on them and connects each connection to
-127.0.0.1 at the same port inside, where the server listens; the servers reach
-each other directly. So one cluster spec (127.0.0.1 addresses) holds on both
-sides, and nothing listens on any other address of the machine.
+The servers also call the client back (its own server, "localhost:P"): once
+told the port (`forward_to_client`), the relay listens on 127.0.0.1:P inside
+and connects each connection out through a socket made here and handed over
+(a socket connects in the network it was made in).
 
-The servers also call the client back (its own server, "localhost:P", which
-TensorFlow starts when the client connects): once told the port (`Forward`),
-the relay listens on 127.0.0.1:P inside and connects each connection out
-through a socket the parent made in its own network and handed over (a socket
-connects in the network it was made in; the relay cannot make one there).
-
-`main` (started by `bootstrap`, `--forward FD:PORT` per server) accepts
-on a thread per listening socket and moves each connection's bytes on a thread
-per direction (gRPC keeps few, long-lived connections); it says `Ready`, then
+`main` (run by `bootstrap`, `--forward FD:PORT` per server) accepts on a
+thread per listening socket and moves each connection's bytes on a thread per
+direction (gRPC keeps few, long-lived connections); it says `Ready`, then
 serves until `Exit` or until the launcher's end of the connection closes.
 """
 
@@ -32,8 +28,16 @@ import sys
 import threading
 
 from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster import task as task_lib
+from compat_distribute.testing.cluster.errors import ClusterError
 
-__all__ = ["POOL_MAX", "forward_flag", "main"]
+__all__ = ["NAME", "POOL_MAX", "forward_to_client", "listen", "main", "spec"]
+
+# The relay's name in reports and errors.
+NAME = "relay"
+# Sockets handed to the relay per server each time the client's server is
+# named: a server keeps one connection to it, and makes another after a failure.
+_CLIENT_SOCKETS_PER_SERVER = 2
 
 # Sockets of the client's network the relay keeps per port, at most.
 POOL_MAX = 64
@@ -42,9 +46,64 @@ POOL_MAX = 64
 _CHUNK = 256 * 1024
 
 
-def forward_flag(listener, port):
-    """The `--forward` argument that hands `listener` (inherited) to the relay."""
-    return f"{listener.fileno()}:{port}"
+# -- This process's end ----------------------------------------------------------
+
+
+def listen(ports):
+    """Listening sockets on this process's 127.0.0.1, one per server, at
+    `ports` (0: any): bound here so that no other program takes the ports
+    (inside the fresh namespace every port is free)."""
+    listeners = []
+    try:
+        for port in ports:
+            listener = socket.socket()
+            listeners.append(listener)
+            try:
+                listener.bind(("127.0.0.1", port))
+            except OSError as e:
+                raise ClusterError(
+                    f"local_cluster: the relay's listening socket for 127.0.0.1:{port} "
+                    f"could not bind: {e}. Pick a free port (or let the cluster pick)."
+                ) from None
+            listener.listen(socket.SOMAXCONN)
+    except BaseException:
+        for listener in listeners:
+            listener.close()
+        raise
+    return listeners
+
+
+def spec(listeners, env):
+    """The relay's `TaskSpec`: it inherits `listeners`; `env(name)`: its environment."""
+    forwards = [
+        flag
+        for listener in listeners
+        for flag in ("--forward", f"{listener.fileno()}:{listener.getsockname()[1]}")
+    ]
+    return task_lib.TaskSpec(
+        NAME,
+        0,
+        __name__,
+        tuple(forwards),
+        env(NAME),
+        pass_fds=tuple(listener.fileno() for listener in listeners),
+        label=NAME,
+    )
+
+
+def forward_to_client(conn, port, servers):
+    """Has the relay on `conn` let `servers` servers reach 127.0.0.1:`port` here."""
+    sockets = [socket.socket() for _ in range(_CLIENT_SOCKETS_PER_SERVER * servers)]
+    try:
+        conn.send(protocol.Forward(port, len(sockets)))
+        with socket.socket(fileno=os.dup(conn.fileno())) as carrier:
+            socket.send_fds(carrier, [b"s"], [s.fileno() for s in sockets])
+    finally:
+        for s in sockets:  # The relay has its own copies.
+            s.close()
+
+
+# -- The relay's end ---------------------------------------------------------------
 
 
 class _Link:

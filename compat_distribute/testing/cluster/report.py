@@ -13,12 +13,15 @@ from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster.errors import ClusterError
 from compat_distribute.testing.cluster.errors import ClusterTaskError
 from compat_distribute.testing.cluster.errors import ClusterTimeoutError
+from compat_distribute.testing.cluster.errors import task_error_class
 
 __all__ = [
     "SIGTERM_EXIT_CODE",
     "TAIL_LINES",
     "call_failure",
     "call_timeout",
+    "causes_first",
+    "died_between_runs",
     "exit_reason",
     "format_outputs",
     "format_stacks",
@@ -27,6 +30,7 @@ __all__ = [
     "start_failed",
     "start_timeout",
     "tail",
+    "with_logs",
     "zygote_died",
     "zygote_failed",
     "zygote_refused",
@@ -69,9 +73,13 @@ def _state(task, stopped, *, start=False):
     return exit_reason(code)
 
 
+def _died(failure):
+    return exit_reason(failure.exitcode) + (f" ({failure.by})" if failure.by else "")
+
+
 def _failure_summary(failure):
     if isinstance(failure, protocol.TaskDied):
-        return exit_reason(failure.exitcode)
+        return _died(failure)
     # The texts end in a full stop of their own.
     return f"raised {failure.raised.type}: {failure.raised.message.rstrip('.')}"
 
@@ -107,23 +115,48 @@ def _stopped_clause(stopped):
     return f"{names} {verb} stopped (SIGSTOP, SIGTSTP or a debugger) and cannot answer; "
 
 
-def call_timeout(call, limit, tasks, pending, stacks, outputs, stopped):
-    """`limit`: the deadline as `deadlines.describe` words it ("6 s")."""
+def _kept(logs):
+    return f"\nEvery task's log is kept in {logs}" if logs else ""
+
+
+def with_logs(error, logs):
+    """`error` (a zygote's, say), saying where the logs were kept."""
+    error.args = (f"{error.args[0]}{_kept(logs)}", *error.args[1:])
+    error.logs = logs
+    return error
+
+
+def call_timeout(call, limit, tasks, pending, stacks, outputs, stopped, logs=None):
+    """`limit`: the deadline as `deadlines.describe` words it ("6 s"); `logs`:
+    where the logs were kept, or None."""
     stopped_tasks, pending = _stopped_first(pending, stopped)
     names = ", ".join(t.name for t in pending)
     return ClusterTimeoutError(
         f"local_cluster: run({call}) did not finish within {limit} (timeout); "
         f"{_stopped_clause(stopped_tasks)}still running: {names}. The cluster was torn down."
         f"{format_outputs(outputs, pending)}"
-        f"{format_stacks(stacks, tasks, stopped)}",
+        f"{format_stacks(stacks, tasks, stopped)}{_kept(logs)}",
         pending=[t.name for t in pending],
         stopped=[t.name for t in stopped_tasks],
         stacks=stacks,
+        logs=logs,
     )
 
 
-def call_failure(call, tasks, failures, pending, stacks, outputs, stopped):
-    """The ClusterTaskError for `failures` (typed, first one first) in a call.
+def causes_first(failures):
+    """`failures` with the tasks that died first (in the order seen), then
+    those that raised: a peer's error (UnavailableError, say) is the symptom
+    of a task that died."""
+    return [f for f in failures if isinstance(f, protocol.TaskDied)] + [
+        f for f in failures if not isinstance(f, protocol.TaskDied)
+    ]
+
+
+def call_failure(call, tasks, failures, pending, stacks, outputs, stopped, cause=None, logs=None):
+    """The ClusterTaskError for `failures` (typed, the cause first, see
+    `causes_first`) in a call; `cause`: the first task's own exception, whose
+    class the error also is (`errors.task_error_class`) and whose attributes
+    it keeps; `logs`: where the logs were kept, or None.
 
     A stopped task is named first: the others fail or wait because of it.
     """
@@ -139,7 +172,7 @@ def call_failure(call, tasks, failures, pending, stacks, outputs, stopped):
         failures = [None] + list(failures)
     elif isinstance(first, protocol.TaskDied):
         task = next(t for t in tasks if t.name == first.task)
-        headline = f"{task.name} {exit_reason(first.exitcode)} during run({call})"
+        headline = f"{task.name} {_died(first)} during run({call})"
         exitcode, remote_tb, detail = first.exitcode, "", ""
     else:
         task = next(t for t in tasks if t.name == first.task)
@@ -151,16 +184,39 @@ def call_failure(call, tasks, failures, pending, stacks, outputs, stopped):
     if rest:
         others += f"\nStill running when the call failed: {', '.join(t.name for t in rest)}."
     quiet = isinstance(first, protocol.TaskRaised) and not pending
-    return ClusterTaskError(
+    error_class = ClusterTaskError
+    if cause is not None and not stopped_tasks and isinstance(first, protocol.TaskRaised):
+        error_class = task_error_class(type(cause))
+    error = error_class.__new__(error_class)
+    if error_class is not ClusterTaskError:
+        error.__dict__.update(vars(cause))  # The task's exception's own attributes.
+    ClusterTaskError.__init__(
+        error,
         f"local_cluster: {headline}. The cluster was torn down.{others}{detail}"
         f"{format_outputs(outputs, [task] + rest)}"
-        f"{'' if quiet else format_stacks(stacks, tasks, stopped)}",
+        f"{'' if quiet else format_stacks(stacks, tasks, stopped)}{_kept(logs)}",
         task_type=task.task_type,
         task_id=task.task_id,
         exitcode=exitcode,
         remote_traceback=remote_tb,
         output_tail=tail(outputs[task.name]),
         stacks=stacks,
+        logs=logs,
+    )
+    return error
+
+
+def died_between_runs(name, key, pid, code, call, output, logs):
+    """The error for a task whose process ended after the last run, noticed before `call`."""
+    return ClusterTaskError(
+        f"local_cluster: {name} (pid {pid}) {exit_reason(code)} after the last run, so "
+        f"run({call}) could not start. The cluster was torn down.\n"
+        f"Output of {name} (last lines):\n{indent(tail(output))}{_kept(logs)}",
+        task_type=key[0],
+        task_id=key[1],
+        exitcode=code,
+        output_tail=tail(output),
+        logs=logs,
     )
 
 

@@ -20,10 +20,10 @@ from compat_distribute._tf_config import parse_tf_config
 from compat_distribute.testing import devices as devices_lib
 from compat_distribute.testing.cluster import protocol
 
-__all__ = ["main"]
+__all__ = ["main", "start_server"]
 
 
-def _start_server(tf_config, devices, boot_job):
+def start_server(tf_config, devices, boot_job):
     """A server for this task; under the job name `boot_job` when given, the
     addresses of its TF_CONFIG job alone (clients then name the job as they will)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -52,7 +52,7 @@ def main(argv, conn):
     parser.add_argument("--boot-job", default="")
     flags = parser.parse_args(argv)
     try:
-        server = _start_server(
+        server = start_server(
             parse_tf_config(os.environ["TF_CONFIG"]), flags.devices, flags.boot_job
         )
     except BaseException:  # pylint: disable=broad-except

@@ -24,9 +24,13 @@ import shutil
 import signal
 import tempfile
 
-__all__ = ["PREFIX", "TASKS_FILE", "WorkDir", "reap_abandoned", "start_time"]
+__all__ = ["KEPT_LOGS", "LOGS_PREFIX", "PREFIX", "TASKS_FILE", "WorkDir", "reap_abandoned", "start_time"]
 
 PREFIX = "local_cluster-"
+# The directories of logs kept after a fault, beside the clusters' own.
+LOGS_PREFIX = "local_cluster-logs-"
+# How many of them stay in a temp dir: the newest.
+KEPT_LOGS = 10
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)\.(\d+)-")
 TASKS_FILE = "tasks"
 
@@ -73,6 +77,22 @@ class WorkDir:
     def record_task(self, pid):
         with open(os.path.join(self.path, TASKS_FILE), "a") as f:
             f.write(f"{pid} {start_time(pid) or 0}\n")
+
+    def keep_logs(self):
+        """Moves the tasks' logs to a directory of their own that stays when
+        this one goes (the `KEPT_LOGS` newest of the temp dir stay); its path."""
+        parent = os.path.dirname(self.path)
+        kept = tempfile.mkdtemp(prefix=LOGS_PREFIX, dir=parent)
+        for name in os.listdir(self.path):
+            if name.endswith(".log"):  # A task still running writes on into it.
+                os.rename(os.path.join(self.path, name), os.path.join(kept, name))
+        older = sorted(
+            (os.path.join(parent, n) for n in os.listdir(parent) if n.startswith(LOGS_PREFIX)),
+            key=os.path.getmtime,
+        )
+        for path in older[:-KEPT_LOGS]:
+            shutil.rmtree(path, ignore_errors=True)
+        return kept
 
     def remove(self):
         shutil.rmtree(self.path, ignore_errors=True)

@@ -1,48 +1,300 @@
 """The zygote: one process per launch that imports TensorFlow once and forks the tasks (internal).
 
-Importing TensorFlow costs a task process about 2.5 s of CPU; a launch of N
-tasks paid it N times. Instead, `task.Zygote` starts one process the way a
-task starts (`bootstrap --zygote`: same environment but for TF_CONFIG and
-TMPDIR, inside the launch's private network), which imports TensorFlow and
-the modules of the tasks' mains without running an op, says `Ready`, and then
-forks one child per `Fork`. TensorFlow starts no runtime thread at import (no
-context, no op: this module checks that before each fork, and refuses
-otherwise), so the child starts as a fresh process would have been once it
-had imported TensorFlow.
-
-Each child starts a session of its own (the zygote answers `Forked` only once
-it has, so the launcher can signal its process group at once), writes
-stdout/stderr to the task's log, takes the task's environment, and runs
-`bootstrap`'s task start with the zygote as its parent: the stack dump,
-the parent-death signal and the orphan watchdog, SIGTERM, `Alive`, the main.
-
-The zygote keeps each child unreaped after it ends and reports `Exited` with
-its status; it reaps it on `Reap`, so the task's pid and process group id stay
-taken until the launcher is done signalling them. It has no thread of its
-own: it waits on its connection and on a pidfd per child, and looks each
-`_POLL_S` whether its parent is gone. On `Exit`, on its connection closing or
-once orphaned, it kills every child's process group, reaps them and exits;
-its children die with it anyway (their parent-death signal).
+Both ends of its protocol live here. The launcher's end, `Zygote`, starts it as
+a task starts (`bootstrap --zygote`: the tasks' environment but for `LATE_ENV`,
+in the launch's network); `serve` (the zygote's end) imports TensorFlow and the
+mains' modules without running an op, says `Ready`, then forks a child per
+`Fork`. Each child takes a session, log and environment of its own and runs
+bootstrap's task start; the zygote reports `Exited` when it ends and reaps it
+only on `Reap`, so its pid and process group stay the launcher's to signal.
+Why and how it is safe to fork: docs/design.md ("The zygote").
 """
+
+from __future__ import annotations
 
 import importlib
 import os
 import select
 import signal
 import socket
+import subprocess
 import sys
 import threading
+import time
 import traceback
 from multiprocessing import connection
 
+from compat_distribute import _env
+from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster import report
+from compat_distribute.testing.cluster import task as task_lib
 
-__all__ = ["FLAG", "serve"]
+__all__ = ["ENV_VAR", "FLAG", "LATE_ENV", "NAME", "Zygote", "forkable", "serve", "start", "wanted"]
 
 # `bootstrap`'s first argument that makes the process a zygote.
 FLAG = "--zygote"
+# Its name in logs, errors and `LaunchHooks.on_launch`.
+NAME = "zygote"
+# "0" starts every task as a fresh process; "1" (the default) forks them from a zygote.
+ENV_VAR = "COMPAT_DISTRIBUTE_ZYGOTE"
+# What a task's environment may hold apart from its zygote's: variables read
+# once the task runs (TensorFlow reads TF_CONFIG when a strategy or server is
+# made), never at import.
+LATE_ENV = ("TF_CONFIG", "TMPDIR")
 # How often the zygote looks whether its parent is gone.
 _POLL_S = 0.5
+# How long the zygote may take to answer a Fork or a Reap (scaled).
+_ANSWER_S = 30.0
+# How long init may take to reap a task whose zygote died (scaled).
+_ORPHAN_REAP_S = 5.0
+
+
+def wanted(environ=None) -> bool:
+    """Whether launches may fork their tasks from a zygote ($COMPAT_DISTRIBUTE_ZYGOTE)."""
+    return _env.read(ENV_VAR, environ) and hasattr(os, "pidfd_open")
+
+
+def forkable(spec: task_lib.TaskSpec, env) -> bool:
+    """Whether a zygote started with `env` may fork `spec`'s task: its
+    environment differs at most in `LATE_ENV`, and it inherits no descriptor."""
+
+    def early(environment):
+        return {k: v for k, v in environment.items() if k not in LATE_ENV}
+
+    return not spec.pass_fds and early(spec.env) == early(env)
+
+
+# -- The launcher's end --------------------------------------------------------
+
+
+def start(mains, *, env, workdir, network, on_launch, start_timeout):
+    """A ready `Zygote` for the launch in `workdir`: its pid recorded there and
+    given to `on_launch` (or None) as "zygote"."""
+    zygote = Zygote(mains, env=env, log_path=workdir.log_path(NAME), network=network)
+    try:
+        workdir.record_task(zygote.pid)
+        if on_launch is not None:
+            on_launch(NAME, zygote.pid)
+        zygote.wait_ready(deadlines.scaled(start_timeout), deadlines.describe(start_timeout))
+    except BaseException:
+        zygote.stop(0)
+        raise
+    return zygote
+
+
+class _Forked:
+    """A task the zygote forked, as `task.FreshProcess` shows a child: it ended
+    once its pidfd is readable; its status comes from the zygote."""
+
+    def __init__(self, pid, zygote):
+        self.pid = pid
+        self.returncode = None
+        self.zygote = zygote
+        self.pidfd = os.pidfd_open(pid)  # Unreaped by the zygote: still this process.
+
+    def has_exited(self):
+        return bool(select.select([self.pidfd], [], [], 0)[0])
+
+    def poll(self):
+        if self.returncode is None:
+            self.returncode = self.zygote.status(self)
+        return self.returncode
+
+    def wait(self, timeout):
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            self.zygote.wait_for_news(self, remaining)
+        return self.returncode
+
+    def release(self):
+        self.zygote.reap(self)
+
+
+class Zygote:
+    """The launcher's end of a launch's zygote: a fresh process, started as a
+    task is, that forks the tasks whose `forkable` says so."""
+
+    def __init__(self, mains, *, env, log_path, network):
+        """Starts it; `mains`: the modules (or "module:function") to import
+        before forking; `env`: its environment, also the tasks' but for LATE_ENV."""
+        self.env = dict(env)
+        self.log_path = log_path
+        self._statuses = {}  # pid -> exit status, as the zygote reported them.
+        self._gone = False  # Its connection closed: it died or exited.
+        parent_end, child_end = socket.socketpair()
+        argv = [*task_lib.bootstrap_prefix(child_end.fileno()), FLAG, *sorted(set(mains))]
+        try:
+            with open(log_path, "ab") as log:
+                self.process = task_lib.start_process(
+                    argv, self.env, log, (child_end.fileno(),), network
+                )
+        except BaseException:
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()
+        self.conn = connection.Connection(parent_end.detach())
+        # The same socket, for the descriptors that follow a Fork.
+        self._carrier = socket.socket(fileno=os.dup(self.conn.fileno()))
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    def output(self, start=0):
+        with open(self.log_path, "rb") as f:
+            f.seek(start)
+            return f.read().decode("utf-8", "replace")
+
+    def can_fork(self, spec):
+        return forkable(spec, self.env)
+
+    def wait_ready(self, timeout, limit_words):
+        """Waits for Ready; raises the error naming the zygote when it failed,
+        died, or did not answer within `timeout` seconds (`limit_words`: as
+        `deadlines.describe` words it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self._next(deadline - time.monotonic())
+            if isinstance(message, protocol.Ready):
+                return
+            if isinstance(message, protocol.StartupFailed):
+                raise report.zygote_failed(self, message.traceback)
+            if message is None:
+                if self._gone:
+                    raise self._died("during start-up")
+                raise report.zygote_timeout(self, limit_words, self._stack())
+
+    def fork(self, spec: task_lib.TaskSpec, task_end, log) -> _Forked:
+        """Forks `spec`'s task, talking on `task_end`, writing to the file `log`
+        (a `task.Task` starter, as `task.start_fresh`)."""
+        try:
+            self.conn.send(protocol.Fork(spec.main, tuple(spec.argv), dict(spec.env)))
+            socket.send_fds(self._carrier, [b"f"], [task_end.fileno(), log.fileno()])
+        except OSError:
+            self._gone = True
+        message = self._next(deadlines.scaled(_ANSWER_S))
+        if isinstance(message, protocol.Forked):
+            return _Forked(message.pid, self)
+        if isinstance(message, protocol.ForkRefused):
+            raise report.zygote_refused(self, spec.name, message.reason)
+        raise self._died(f"while forking {spec.name}")
+
+    def check(self, when):
+        """Raises the error naming the zygote if it has died."""
+        error = self.failure(when)
+        if error is not None:
+            raise error
+
+    def failure(self, when):
+        """The error naming the zygote if it has died (`when` it did), else None."""
+        return None if self.process.poll() is None else self._died(when)
+
+    def death_of(self, process):
+        """How the zygote ended, when it forked `process` and is dead, else ""."""
+        if getattr(process, "zygote", None) is not self or self.process.poll() is None:
+            return ""
+        return (
+            f", as the zygote that forked it (pid {self.pid}) "
+            f"{report.exit_reason(self.process.poll())}"
+        )
+
+    def status(self, task):
+        """The exit status of the forked `task`, or None while it runs. A task
+        whose zygote died unreported was killed with it (parent-death signal)."""
+        self._take_news()
+        if task.pid in self._statuses:
+            return self._statuses[task.pid]
+        if self._gone and task.has_exited():
+            return -signal.SIGKILL
+        return None
+
+    def wait_for_news(self, task, timeout):
+        """Sleeps until the zygote says something or, once it is gone, `task` ends."""
+        waited = [task.pidfd] if self._gone else [self.conn]
+        select.select(waited, [], [], timeout)
+
+    def reap(self, task):
+        """Has the zygote reap the ended `task` (its pid is then free)."""
+        os.close(task.pidfd)
+        if self._gone:  # Its children went to init: wait (bounded) until it reaped this one.
+            deadline = time.monotonic() + deadlines.scaled(_ORPHAN_REAP_S)
+            while os.path.exists(f"/proc/{task.pid}") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return
+        try:
+            self.conn.send(protocol.Reap(task.pid))
+        except OSError:
+            self._gone = True
+            return
+        deadline = time.monotonic() + deadlines.scaled(_ANSWER_S)
+        while not isinstance(self._next(deadline - time.monotonic()), protocol.Reaped):
+            if self._gone or time.monotonic() >= deadline:
+                return
+
+    def stop(self, grace):
+        """Asks it to exit (it kills and reaps what it forked), kills it after
+        `grace` seconds, reaps it."""
+        try:
+            self.conn.send(protocol.Exit())
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._carrier.close()
+        self.conn.close()
+
+    def _take_news(self):
+        while not self._gone and self.conn.poll(0):
+            message = self._next(0)
+            if message is not None:
+                raise AssertionError(f"the zygote said {message!r} unasked")
+
+    def _next(self, timeout):
+        """Its next message other than Exited (None: none within `timeout`, or
+        it is gone); Exited statuses are kept."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while not self._gone:
+            if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                return None
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                self._gone = True
+                return None
+            if not isinstance(message, protocol.Exited):
+                return message
+            self._statuses[message.pid] = message.status
+        return None
+
+    def _died(self, when):
+        try:
+            code = self.process.wait(timeout=deadlines.scaled(_ANSWER_S))
+        except subprocess.TimeoutExpired:
+            code = None
+        return report.zygote_died(self, code, when)
+
+    def _stack(self):
+        start = os.path.getsize(self.log_path)
+        try:
+            os.kill(self.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return "(none: it is gone)"
+        deadline = time.monotonic() + deadlines.scaled(2.0)
+        while time.monotonic() < deadline and os.path.getsize(self.log_path) == start:
+            time.sleep(0.05)
+        time.sleep(0.1)  # faulthandler writes in one burst.
+        return self.output(start) or "(no dump: it did not answer SIGUSR1)"
+
+
+# -- The zygote's end ------------------------------------------------------------
 
 
 def unsafe_to_fork():
@@ -80,13 +332,15 @@ def serve(fd, parent, mains, start_task, orphan_exit_code):
         conn.send(protocol.StartupFailed(traceback.format_exc()))
         os._exit(1)
     conn.send(protocol.Ready(os.getpid()))
-    _Zygote(conn, parent, start_task, orphan_exit_code).serve()
+    _Server(conn, parent, start_task, orphan_exit_code).serve()
 
 
-class _Zygote:
+class _Server:
+    """The zygote's loop: no thread of its own; it waits on its connection and a
+    pidfd per child, and looks each `_POLL_S` whether its parent is gone."""
+
     def __init__(self, conn, parent, start_task, orphan_exit_code):
         self._conn = conn
-        # The same socket, for the descriptors that follow a Fork.
         self._carrier = socket.socket(fileno=os.dup(conn.fileno()))
         self._parent = parent
         self._start_task = start_task
@@ -117,8 +371,7 @@ class _Zygote:
 
     def _report(self, pidfd):
         pid = self._running.pop(pidfd)
-        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
-        info = os.waitid(os.P_PID, pid, flags)
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         if info is None:  # Not ended after all.
             self._running[pidfd] = pid
             return

@@ -1,4 +1,7 @@
-"""The plugin's fixtures, and the skip of a `multi_device(n)` test with fewer replicas."""
+"""The plugin's fixtures; `local_cluster` gives each test a running cluster of the
+shape its `multi_worker` marker asks for, from a session pool (`_ClusterPool`)."""
+
+import collections
 
 import pytest
 
@@ -79,15 +82,59 @@ def strategy(request):
     return request.getfixturevalue("tpu_strategy")
 
 
-@pytest.fixture(scope="session")
-def local_cluster():
-    """A 2-worker cluster of local processes, started once for the session.
+class _ClusterPool:
+    """The session's clusters, one per shape, the `KEPT` used last kept running.
 
-    `local_cluster.run(fn, *args)` runs a module-level function in both
-    workers (see `compat_distribute.testing.cluster.local_cluster`). Mark the
-    tests that use it `@pytest.mark.multi_worker(2)`.
+    A test gets a running cluster of its shape: the one kept, when every task
+    of it still runs, else a fresh one (the last was torn down by a fault, a
+    task died or was killed, or the test stopped it). So a failing test fails
+    alone.
     """
-    from compat_distribute.testing import cluster  # pylint: disable=g-import-not-at-top
 
-    with cluster.local_cluster(2) as running:
-        yield running
+    KEPT = 2
+
+    def __init__(self):
+        self._clusters = collections.OrderedDict()  # shape -> LocalCluster, oldest first
+
+    def get(self, shape):
+        from compat_distribute.testing import cluster  # pylint: disable=g-import-not-at-top
+
+        key = tuple(sorted(shape.items()))
+        kept = self._clusters.pop(key, None)
+        if kept is not None and kept.running:
+            self._clusters[key] = kept
+            return kept
+        if kept is not None:
+            kept.stop()
+        while len(self._clusters) >= self.KEPT:
+            self._clusters.popitem(last=False)[1].stop()
+        fresh = cluster.local_cluster(**shape)
+        fresh.start()
+        self._clusters[key] = fresh
+        return fresh
+
+    def stop(self):
+        while self._clusters:
+            self._clusters.popitem()[1].stop()
+
+
+@pytest.fixture(scope="session")
+def _compat_distribute_cluster_pool():
+    pool = _ClusterPool()
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture
+def local_cluster(request, _compat_distribute_cluster_pool):  # pylint: disable=redefined-outer-name
+    """A running local cluster of the shape the test's marker asks for.
+
+    `@pytest.mark.multi_worker(n, has_chief=False, ps=0)`: n worker processes
+    (2 without the marker or n), a chief first and ps parameter servers when
+    asked. `run(fn, *args)`
+    runs a module-level function in every task (see
+    `compat_distribute.testing.cluster.local_cluster`). A healthy cluster of
+    the same shape is reused by the next test; one that a fault tore down, or
+    whose task died, is replaced before it.
+    """
+    return _compat_distribute_cluster_pool.get(markers.cluster_shape(request.node))

@@ -11,7 +11,9 @@ from compat_distribute.testing.pytest import ending
 from compat_distribute.testing.pytest import markers
 from compat_distribute.testing.pytest import options
 from compat_distribute.testing.pytest import session as session_state
+from compat_distribute.testing.pytest import sigterm
 # The fixtures are the plugin's when they are attributes of this module.
+from compat_distribute.testing.pytest.fixtures import _compat_distribute_cluster_pool  # noqa: F401
 from compat_distribute.testing.pytest.fixtures import _compat_distribute_multi_device  # noqa: F401
 from compat_distribute.testing.pytest.fixtures import local_cluster  # noqa: F401
 from compat_distribute.testing.pytest.fixtures import mirrored_strategy  # noqa: F401
@@ -32,7 +34,10 @@ def pytest_load_initial_conftests(early_config):
 def pytest_configure(config):
     for line in markers.LINES:
         config.addinivalue_line("markers", line)
-    devices.set_up_given(session_state.start(config))
+    session = session_state.start(config)
+    if session.role is session_state.CONTROLLER:
+        sigterm.forward_to_workers()
+    devices.set_up_given(session)
 
 
 def pytest_report_header(config):
@@ -66,7 +71,7 @@ def pytest_runtest_setup(item):
     session = session_state.of(item.config)
     if not session.usable:
         session.tpu().backend()  # Fails the test with why the session cannot run.
-    markers.count(item, "multi_worker")  # Checks the argument.
+    markers.cluster_shape(item)  # Checks the arguments.
     markers.check_tpu(item)
 
 

@@ -1,4 +1,5 @@
-"""The plugin's markers (`tpu`, `multi_device(n)`, `multi_worker(n)`), and their checks."""
+"""The plugin's markers (`tpu`, `multi_device(n)`, `multi_worker(n, has_chief=False, ps=0)`),
+and their checks."""
 
 import pytest
 
@@ -7,8 +8,14 @@ from compat_distribute.testing import devices
 LINES = (
     "tpu: needs a real TPU; skipped when the TPU is the fake (compat_distribute)",
     "multi_device(n): needs at least n replicas; skipped with fewer (compat_distribute)",
-    "multi_worker(n): starts n real worker processes; n may be left out (compat_distribute)",
+    "multi_worker(n, has_chief=False, ps=0): the test's local_cluster fixture is a cluster of n "
+    "worker processes (2 when n is left out), with a chief and ps parameter-server tasks when "
+    "asked (compat_distribute)",
 )
+# The keywords of multi_worker besides n, and what each accepts.
+CLUSTER_KEYWORDS = {"has_chief": "True or False", "ps": "an int >= 0"}
+# The workers of the local_cluster fixture when multi_worker leaves n out.
+DEFAULT_WORKERS = 2
 
 
 def count_problem(item, name):
@@ -17,12 +24,20 @@ def count_problem(item, name):
     marker = item.get_closest_marker(name)
     if marker is None or not (marker.args or marker.kwargs):
         return None, None
-    if len(marker.args) + len(marker.kwargs) > 1 or set(marker.kwargs) - {"n"}:
+    keywords = set(CLUSTER_KEYWORDS) if name == "multi_worker" else set()
+    counts = len(marker.args) + len(set(marker.kwargs) - keywords)
+    if counts > 1 or set(marker.kwargs) - keywords - {"n"}:
         given = [repr(a) for a in marker.args] + [f"{k}={v!r}" for k, v in marker.kwargs.items()]
+        takes = "one count, n"
+        if keywords:
+            plural = "s" if len(keywords) > 1 else ""
+            takes += f", and the keyword{plural} {' and '.join(sorted(keywords))}"
         return None, (
-            f"@pytest.mark.{name}(n) takes one count, n; got {name}({', '.join(given)}) "
+            f"@pytest.mark.{name}(n) takes {takes}; got {name}({', '.join(given)}) "
             f"in {item.nodeid}. Write e.g. @pytest.mark.{name}(2)."
         )
+    if counts == 0:
+        return None, None
     n = marker.kwargs.get("n", marker.args[0] if marker.args else None)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         return None, (
@@ -63,6 +78,29 @@ def count(item, name):
     if problem:
         pytest.fail(problem, pytrace=False)
     return n
+
+
+def cluster_shape(item):
+    """The `local_cluster` arguments of the test's multi_worker marker:
+    {"num_workers": n, "has_chief": bool, "ps": int}; fails a bad one."""
+    n = count(item, "multi_worker")
+    marker = item.get_closest_marker("multi_worker")
+    given = {} if marker is None else marker.kwargs
+    shape = {"num_workers": DEFAULT_WORKERS if n is None else n, "has_chief": False, "ps": 0}
+    for keyword, accepted in CLUSTER_KEYWORDS.items():
+        value = given.get(keyword, shape[keyword])
+        valid = isinstance(value, bool) if keyword == "has_chief" else (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        )
+        if not valid:
+            pytest.fail(
+                f"@pytest.mark.multi_worker({keyword}=...) must be {accepted}; got {value!r} in "
+                f"{item.nodeid}. Write e.g. @pytest.mark.multi_worker(2, {keyword}="
+                f"{'True' if keyword == 'has_chief' else '1'}).",
+                pytrace=False,
+            )
+        shape[keyword] = value
+    return shape
 
 
 def skip_tpu_tests_on_the_fake(session, items):
