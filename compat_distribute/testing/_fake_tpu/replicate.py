@@ -17,6 +17,8 @@ the fake does what the TPU does:
 - the calls sit in one function of their own, where they run side by side
   (automatic control dependencies would otherwise chain calls that share a
   resource, and a collective in the first call would wait for the second);
+- on a pod, each host's replicas are called from one function of that host
+  (`pod_replicate`), and sums run within each host before across the hosts;
 - cross-replica operations are collective ops over the replicas' devices (from
   16 replicas on, two rings), keyed by the strategy's own key allocator:
   `all_reduce`, `all_gather`, `merge_call` with `reduce_to` /
@@ -36,8 +38,6 @@ per replica:
 
 - in a TF1 graph (a `Session`): MirroredStrategy itself reduces without
   collectives there, and the legacy graph programs rely on it;
-- on a pod: collectives across the hosts' processes work but cost more CPU
-  than `pod_reduce.HostFirstReduction` (docs/pods.md gives the figures);
 - with a RuntimeWarning, for a plain Python function run eagerly (TPUStrategy
   refuses it; `extended.call_for_each_replica` may be called so), or when a
   per-replica value reaches a cross-replica operation inside the trace or a
@@ -50,6 +50,7 @@ function creating variables; build the optimizer first for one trace.
 """
 
 import contextlib
+import functools
 import os
 import threading
 import warnings
@@ -59,6 +60,7 @@ import tensorflow as tf
 
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import extended as extended_lib
+from compat_distribute.testing._fake_tpu import pod_replicate
 
 ENV = "COMPAT_DISTRIBUTE_FAKE_TPU_TRACE"
 PER_REPLICA = "per_replica"
@@ -165,12 +167,8 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
         self._fell_back = set()  # reasons already warned
 
     def _one_trace_applies(self, fn):
-        # TF1 graphs and pods always run per replica (see the module docstring).
-        if (
-            self.trace_mode != ONCE
-            or not tf.compat.v1.executing_eagerly_outside_functions()
-            or self._tpu_cluster_resolver.pod is not None
-        ):
+        # TF1 graphs always run per replica (see the module docstring).
+        if self.trace_mode != ONCE or not tf.compat.v1.executing_eagerly_outside_functions():
             return False
         if tf.executing_eagerly() and not hasattr(fn, "python_function"):
             self._warn_fallback("a plain Python function run eagerly")
@@ -330,6 +328,11 @@ def _collective_sum(extended, tensor):
     """
     devices = [_tf.canonicalize_device(d) for d in extended.worker_devices]
     count = len(devices)
+    hosts = pod_replicate.host_groups(devices)
+    if hosts is not None and len({len(replicas) for replicas in hosts}) == 1:
+        return pod_replicate.sum_hosts_first(
+            tensor, _trace_of(extended)[1], devices, hosts, functools.partial(_collective, extended)
+        )
     inner = 1
     if count >= TWO_STAGE_MIN_REPLICAS:
         inner = max(a for a in range(1, int(count**0.5) + 1) if count % a == 0)
@@ -476,22 +479,27 @@ def replicate(extended, fn, args, kwargs):
     captures = [_rebound_captures(extended, concrete, r) for r in range(count)]
     inputs = [[leaves[r][i] for i in tensor_at] for r in range(count)]
 
-    def replicated(inputs):
+    def call_replica(r, replica_inputs):
         graph = tf.compat.v1.get_default_graph()
-        outputs = []
-        for r, device in enumerate(devices):
-            start = len(graph.get_operations())
-            with tf.device(device):
-                concrete.set_external_captures(captures[r])
-                outputs.append(concrete(tf.constant(r, tf.int32), inputs[r]))
-            for op in graph.get_operations()[start:]:
-                if op.type in _CALL_OPS:
-                    # Replicas run side by side, as TPU cores do.
-                    graph.experimental_acd_manager.run_independently(op)
-        return outputs
+        start = len(graph.get_operations())
+        with tf.device(devices[r]):
+            concrete.set_external_captures(captures[r])
+            output = concrete(tf.constant(r, tf.int32), replica_inputs)
+        _side_by_side(graph, start)
+        return output
+
+    on_pod = pod_replicate.host_groups(devices) is not None
+
+    def replicated(inputs):
+        return [call_replica(r, inputs[r]) for r in range(count)]
 
     try:
-        outputs = tf.function(replicated, autograph=False)(inputs)
+        if on_pod:
+            # One call per host (see pod_replicate), in the step's own graph: its
+            # outputs go from the host's call to its cores within the host.
+            outputs = pod_replicate.call_by_host(devices, call_replica, inputs, _side_by_side)
+        else:
+            outputs = tf.function(replicated, autograph=False)(inputs)
     finally:
         concrete.set_external_captures(captures[0])
     # Each replica's outputs on its device, as on a TPU (the call's own outputs
@@ -500,3 +508,15 @@ def replicate(extended, fn, args, kwargs):
         with tf.device(device):
             outputs[r] = tf.nest.map_structure(_on_this_device, outputs[r])
     return _tf.regroup(tuple(outputs))
+
+
+def _side_by_side(graph, start):
+    """Lets the calls added to `graph` since its op `start` run side by side, as
+    TPU cores do (automatic control dependencies would chain calls that share a
+    resource, and a collective in the first call would wait for the second)."""
+    manager = getattr(graph, "experimental_acd_manager", None)
+    if manager is None:  # No automatic control dependencies: nothing chains them.
+        return
+    for op in graph.get_operations()[start:]:
+        if op.type in _CALL_OPS:
+            manager.run_independently(op)
