@@ -30,10 +30,13 @@ def test_a_step_past_the_end_of_the_data_raises_out_of_range_at_its_call(ends_ru
 
 
 @pytest.mark.multi_worker
-def test_keras_evaluate_ends_at_the_end_of_tfrecord_files(ends_run):
-    # [loss, accuracy] of 256 examples in 4 batches of 64 over 8 replicas, twice.
-    for loss, accuracy in (ends_run["evaluate"], ends_run["evaluate_again"]):
-        assert 0.0 < loss < 10.0 and 0.0 < accuracy < 1.0
+def test_keras_evaluate_ends_at_the_end_of_tfrecord_files_with_every_examples_results(ends_run):
+    # [loss, accuracy] of 256 examples in 4 batches of 64 over 8 replicas, twice,
+    # against the model's own arithmetic on all 256. The call past the end runs
+    # nothing, as on a TPU: on one device Keras 3 counts that call's 64 examples
+    # in its metrics' totals (a count of 320), and MirroredStrategy some of them.
+    for results in (ends_run["evaluate"], ends_run["evaluate_again"]):
+        np.testing.assert_allclose(results, ends_run["expected"], rtol=1e-5)
 
 
 @pytest.fixture(name="one_host", scope="module")
