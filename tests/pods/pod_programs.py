@@ -41,6 +41,56 @@ def _replica_ids_summed(strategy):
     return [float(v) for v in strategy.experimental_local_results(step())]
 
 
+def _one_trace(strategy):
+    """How often a step's replica function was traced, and the devices of the
+    calls in the step that run a function TensorFlow must not inline (one a host)."""
+    import tensorflow as tf
+
+    from compat_distribute.testing import _tf
+
+    traces = []
+
+    @tf.function
+    def step():
+        def replica():
+            traces.append(1)
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce("SUM", tf.cast(context.replica_id_in_sync_group, tf.float32))
+
+        return strategy.run(replica)
+
+    step()
+    graph = step.get_concrete_function().graph
+    host_calls = []
+    for op in graph.get_operations():
+        if op.type in ("PartitionedCall", "StatefulPartitionedCall"):
+            called = _tf.graph_function(graph, op.get_attr("f").name)
+            if called.definition.attr["_noinline"].b:
+                host_calls.append(op.device)
+    return len(traces), host_calls
+
+
+def _constant_step(strategy):
+    """A step that reads no variable and no input: its replicas return constants."""
+    import tensorflow as tf
+
+    @tf.function
+    def step():
+        return strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+    return lambda: float(step())
+
+
+def _failure(step):
+    """[error type, its message's first 2000 characters, seconds until it came]."""
+    started = time.monotonic()
+    try:
+        step()
+    except Exception as e:  # pylint: disable=broad-except
+        return [type(e).__name__, str(e)[:2000], time.monotonic() - started]
+    return ["no error", "", time.monotonic() - started]
+
+
 def _reduced_to_the_client(strategy):
     """strategy.reduce SUM and MEAN of per-replica values, and the tasks of the
     AddN ops the reduction traced ({task: count})."""
@@ -169,6 +219,9 @@ def pod(checkpoint_dir):
     ]
     out["replica_devices"] = list(extended.worker_devices)
     out["all_reduce"] = _replica_ids_summed(strategy)
+    out["traces"], out["host_calls"] = _one_trace(strategy)
+    constant_step = _constant_step(strategy)
+    out["constant_step"] = constant_step()
     out["reduce"], out["reduce_add_n_tasks"] = _reduced_to_the_client(strategy)
     try:
         strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", 1.0))
@@ -226,12 +279,11 @@ def pod(checkpoint_dir):
     # The watchdog looks 4 times a second; a loaded machine may delay it.
     wait_for(lambda: (fake.pod.failure or "").startswith("host 2"), WATCHDOG_S)
     out["watchdog"] = fake.pod.failure
-    failed_at = time.monotonic()
-    try:
-        _replica_ids_summed(strategy)
-    except Exception as e:  # pylint: disable=broad-except
-        out["dead_host_step"] = [type(e).__name__, str(e)[:2000]]
-    out["dead_host_step_s"] = time.monotonic() - failed_at
+    # Steps that touch no variable: one traced before, one traced now.
+    out["dead_host_steps"] = [
+        _failure(constant_step),
+        _failure(lambda: _replica_ids_summed(strategy)),
+    ]
     try:
         fake.pod.check()
     except Exception as e:  # pylint: disable=broad-except

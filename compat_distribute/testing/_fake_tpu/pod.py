@@ -24,6 +24,13 @@ NETWORK_ENV = "COMPAT_DISTRIBUTE_POD_NETWORK"
 START_TIMEOUT_S = 120
 # How often the watchdog looks at the hosts.
 _WATCH_INTERVAL_S = 0.25
+# TensorFlow's switch (read at each remote call) for sending a client's remote
+# ops without waiting for their results. On, a step placed on a host returns at
+# once and its error (the end of its data) surfaces later, where a result is
+# read, as a ValueError from `Tensor.device`; off, the step raises it, as on one
+# host. `tf.experimental.async_scope()` turns it on for its block, as it does
+# on a pod.
+STREAMING_ENQUEUE_ENV = "TF_ENABLE_EAGER_CLIENT_STREAMING_ENQUEUE"
 
 
 def _client_port():
@@ -258,13 +265,16 @@ class FakePod:
             spec if cluster is None else tf.train.ClusterSpec(cluster), master=self.master()
         )
         _tf.connect_to_cluster(resolver, *args, **kwargs)
+        os.environ[STREAMING_ENQUEUE_ENV] = "False"
         self._connected_spec = spec
 
     def ensure_connected(self):
-        """Connects (without a default device) unless connected to these hosts already."""
+        """Connects unless connected to these hosts already: host 0's first core
+        becomes the default device, as `experimental_connect_to_cluster` makes it,
+        so eager reads of a variable (Keras' `save_weights`) run on a replica's core."""
         spec = self.cluster_spec()
         if self._connected_spec is None or self._connected_spec.as_dict() != spec.as_dict():
-            self.connect(make_master_device_default=False)
+            self.connect()
 
     # Input.
 

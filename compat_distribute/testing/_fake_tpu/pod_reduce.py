@@ -16,7 +16,7 @@ def _host_of(device):
     return (spec.job, spec.replica, spec.task)
 
 
-def _by_host(devices):
+def by_host(devices):
     """Indices into `devices`, grouped by host in first-seen order: [[i, ...], ...].
 
     By index, not name: a traced value's device may be "" (placed later), and
@@ -86,7 +86,7 @@ class HostFirstReduction(tf.distribute.ReductionToOneDevice):
                 parts = [tf.reshape(v.values[r], [-1]) for v in values]
                 flats.append(parts[0] if len(parts) == 1 else tf.concat(parts, 0))
         host_sums = []
-        for host in _by_host(sources):
+        for host in by_host(sources):
             with tf.device(sources[host[0]]):
                 host_sums.append(tf.add_n([flats[i] for i in host]))
         with tf.device(self.reduce_to_device or sources[0]):
@@ -116,7 +116,7 @@ class HostFirstReduction(tf.distribute.ReductionToOneDevice):
     def _fan_out(tensor, devices):
         """Copies of `tensor` on `devices`: one per host crosses over, then local copies."""
         copies = [None] * len(devices)
-        for host in _by_host(devices):
+        for host in by_host(devices):
             with tf.device(devices[host[0]]):
                 on_host = tf.identity(tensor)
             copies[host[0]] = on_host

@@ -15,6 +15,7 @@ from compat_distribute import _env
 from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import collectives
 from compat_distribute.testing._fake_tpu import extended as extended_lib
+from compat_distribute.testing._fake_tpu import pod_replicate
 
 ENV = "COMPAT_DISTRIBUTE_FAKE_TPU_TRACE"
 PER_REPLICA = "per_replica"
@@ -120,12 +121,8 @@ class ReplicatingExtended(extended_lib.FakeTPUExtended):
         self._fell_back = set()  # reasons already warned
 
     def _one_trace_applies(self, fn):
-        # TF1 graphs and pods always run per replica (see the module docstring).
-        if (
-            self.trace_mode != ONCE
-            or not tf.compat.v1.executing_eagerly_outside_functions()
-            or self._tpu_cluster_resolver.pod is not None
-        ):
+        # TF1 graphs always run per replica (see the module docstring).
+        if self.trace_mode != ONCE or not tf.compat.v1.executing_eagerly_outside_functions():
             return False
         if tf.executing_eagerly() and not hasattr(fn, "python_function"):
             self._warn_fallback("a plain Python function run eagerly")
@@ -359,22 +356,27 @@ def replicate(extended, fn, args, kwargs):
     captures = [_rebound_captures(extended, concrete, r) for r in range(count)]
     inputs = [[leaves[r][i] for i in tensor_at] for r in range(count)]
 
-    def replicated(inputs):
+    def call_replica(r, replica_inputs):
         graph = tf.compat.v1.get_default_graph()
-        outputs = []
-        for r, device in enumerate(devices):
-            start = len(graph.get_operations())
-            with tf.device(device):
-                concrete.set_external_captures(captures[r])
-                outputs.append(concrete(tf.constant(r, tf.int32), inputs[r]))
-            for op in graph.get_operations()[start:]:
-                if op.type in _CALL_OPS:
-                    # Replicas run side by side, as TPU cores do.
-                    graph.experimental_acd_manager.run_independently(op)
-        return outputs
+        start = len(graph.get_operations())
+        with tf.device(devices[r]):
+            concrete.set_external_captures(captures[r])
+            output = concrete(tf.constant(r, tf.int32), replica_inputs)
+        _side_by_side(graph, start)
+        return output
+
+    on_pod = pod_replicate.host_groups(devices) is not None
+
+    def replicated(inputs):
+        return [call_replica(r, inputs[r]) for r in range(count)]
 
     try:
-        outputs = tf.function(replicated, autograph=False)(inputs)
+        if on_pod:
+            # One call per host (see pod_replicate), in the step's own graph: its
+            # outputs go from the host's call to its cores within the host.
+            outputs = pod_replicate.call_by_host(devices, call_replica, inputs, _side_by_side)
+        else:
+            outputs = tf.function(replicated, autograph=False)(inputs)
     finally:
         concrete.set_external_captures(captures[0])
     # Each replica's outputs on its device, as on a TPU (the call's own outputs
@@ -383,3 +385,15 @@ def replicate(extended, fn, args, kwargs):
         with tf.device(device):
             outputs[r] = tf.nest.map_structure(_on_this_device, outputs[r])
     return _tf.regroup(tuple(outputs))
+
+
+def _side_by_side(graph, start):
+    """Lets the calls added to `graph` since its op `start` run side by side, as
+    TPU cores do (automatic control dependencies would chain calls that share a
+    resource, and a collective in the first call would wait for the second)."""
+    manager = getattr(graph, "experimental_acd_manager", None)
+    if manager is None:  # No automatic control dependencies: nothing chains them.
+        return
+    for op in graph.get_operations()[start:]:
+        if op.type in _CALL_OPS:
+            manager.run_independently(op)

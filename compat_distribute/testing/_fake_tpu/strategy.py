@@ -65,7 +65,8 @@ class FakeTPUStrategy(_steps.RunStepsMixin, tf.distribute.MirroredStrategy):
             # Keras' compile under this scope takes steps_per_run as steps_per_execution.
             cd_keras.compile_takes_steps_per_run()
         # TPUStrategyV2's default: one packed handle per variable in eager mode.
-        self._enable_packed_variable_in_eager_mode = True
+        # Not on a pod: its step passes each host the handles of its own copies.
+        self._enable_packed_variable_in_eager_mode = resolver.pod is None
         self._checked_keys = set()  # step functions strict mode passed
         self._checked_calls = set()  # (fn, arity) whose run arguments passed
 
