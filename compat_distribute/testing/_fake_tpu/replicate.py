@@ -322,6 +322,49 @@ def _on_this_device(value):
     return tf.identity(value) if isinstance(value, tf.Tensor) else value
 
 
+_LOOP_OPS = ("While", "StatelessWhile")
+
+
+def _collective_in_loop(graph):
+    """Whether a collective op of `graph` sits in the body of a while loop."""
+    library = {f.signature.name: f for f in graph.as_graph_def().library.function}
+
+    def called(nodes):
+        for node in nodes:
+            for attr in node.attr.values():
+                yield from ([attr.func.name] if attr.HasField("func") else [f.name for f in attr.list.func])
+
+    loop_nodes = [n for n in graph.as_graph_def().node if n.op in _LOOP_OPS]
+    loop_nodes += [n for f in library.values() for n in f.node_def if n.op in _LOOP_OPS]
+    pending, seen = list(called(loop_nodes)), set()
+    while pending:
+        name = pending.pop()
+        if name in seen or name not in library:
+            continue
+        seen.add(name)
+        nodes = library[name].node_def
+        if any(n.op.startswith("Collective") for n in nodes):
+            return True
+        pending.extend(called(nodes))
+    return False
+
+
+def _own_executor(concrete, replica_id_spec, specs):
+    """`concrete` called from a function that is never inlined.
+
+    A collective's key holds the id of its while loop's frame, named after the
+    loop's node; inlined into one graph, the replicas' loops get different names,
+    so their collectives never meet (a hang). Each replica running the same
+    function in its own executor names its loops alike.
+    """
+    wrapper = tf.function(
+        lambda replica_id, tensors: concrete(replica_id, tensors),
+        autograph=False,
+        experimental_attributes={"_noinline": True},
+    )
+    return wrapper.get_concrete_function(replica_id_spec, specs)
+
+
 def replicate(extended, fn, args, kwargs):
     """Traces `fn` once and calls the trace on every replica; returns per-replica outputs."""
     devices = extended.worker_devices
@@ -352,7 +395,10 @@ def replicate(extended, fn, args, kwargs):
             return fn(*a, **k)
 
     body = tf.function(replica_body, autograph=False)
-    concrete = body.get_concrete_function(tf.TensorSpec([], tf.int32), specs)
+    replica_id_spec = tf.TensorSpec([], tf.int32)
+    concrete = body.get_concrete_function(replica_id_spec, specs)
+    if _collective_in_loop(concrete.graph):
+        concrete = _own_executor(concrete, replica_id_spec, specs)
     captures = [_rebound_captures(extended, concrete, r) for r in range(count)]
     inputs = [[leaves[r][i] for i in tensor_at] for r in range(count)]
 
