@@ -283,3 +283,45 @@ def test_per_replica_python_values_fall_back_instead_of_taking_replica_0s(once):
     with pytest.warns(RuntimeWarning, match="differs by replica"):
         values = step()
     assert _local(once, values) == [10 * r for r in range(REPLICAS)]
+
+
+@pytest.mark.parametrize("two_rings", [False, True], ids=["one ring", "two rings"])
+def test_collectives_in_a_while_loop_of_the_step_meet_across_replicas(run_python, two_rings):
+    # In a subprocess: before the fix the replicas' collectives never met (a hang).
+    result = run_python(f"""
+        import tensorflow as tf
+        from compat_distribute.testing import fake_tpu
+        from compat_distribute.testing._fake_tpu import collectives
+
+        if {two_rings}:
+            collectives.TWO_STAGE_MIN_REPLICAS = 2
+        with fake_tpu("v3-8"):
+            strategy = tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver(""))
+            with strategy.scope():
+                total = tf.Variable(0.0, aggregation=tf.VariableAggregation.SUM)
+
+            def step(rounds):
+                ctx = tf.distribute.get_replica_context()
+                x = tf.cast(ctx.replica_id_in_sync_group, tf.float32)
+
+                def round_(i, summed, gathered):  # the source of `-c` is beyond AutoGraph
+                    with tf.control_dependencies([total.assign_add(x)]):  # a merge_call, as
+                        # a tf-keras metric's update_state on a TPU
+                        return (i + 1, summed + ctx.all_reduce("SUM", x + 1.0),
+                                gathered + ctx.all_gather(tf.reshape(x, [1]), axis=0))
+
+                _, summed, gathered = tf.while_loop(
+                    lambda i, *_: i < rounds, round_, (0, tf.constant(0.0), tf.zeros([8])))
+                return summed, gathered
+
+            sums, gathers = tf.function(lambda: strategy.run(step, (tf.constant(3),)))()
+            print(sorted({{float(s) for s in strategy.experimental_local_results(sums)}}))
+            print(sorted({{tuple(g.numpy().tolist()) for g in strategy.experimental_local_results(gathers)}}))
+            print(sorted({{float(c) for c in total.values}}))
+    """, timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        "[108.0]",  # 3 rounds of 1 + ... + 8
+        f"[{tuple(3.0 * i for i in range(REPLICAS))}]",
+        "[84.0]",  # 3 rounds of 0 + ... + 7, on every copy
+    ]
