@@ -4,6 +4,7 @@ This process drives them over gRPC as a pod's client does; a host that dies is
 named at once instead of hanging the step.
 """
 
+import os
 import math
 import sys
 import threading
