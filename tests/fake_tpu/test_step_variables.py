@@ -114,7 +114,7 @@ def test_guide_loop_on_a_pod_builds_slots_on_every_host_and_trains_as_one_device
             hosts = [device.split("/device:")[0] for device, _ in copies]
             assert hosts == ["/job:worker/replica:0/task:0"] * 4 + ["/job:worker/replica:0/task:1"] * 4
             assert all(value == copies[0][1] for _, value in copies)
-        assert pod["function_traces"] == 2 and pod["step_traces"] == 2 * REPLICAS
+        assert (pod["function_traces"], pod["step_traces"]) == (1, 1), pod  # pods trace once too
 
 
 # tf.Variable of every synchronization and aggregation, made on the first call.
