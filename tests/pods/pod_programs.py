@@ -17,6 +17,7 @@ from support.leftovers import listening
 from support.processes import descendants
 from support.processes import running
 from support.processes import wait_for
+from support.processes import wait_gone
 
 GLOBAL_BATCH = 64
 # Training runs as TPU programs do: several steps a call, in a tf.range loop.
@@ -520,7 +521,8 @@ def pod_network():
         fake.pod.check()
     except Exception as e:  # pylint: disable=broad-except
         out["relay_check"] = [type(e).__name__, str(e).splitlines()[0], e.task_type]
-    out["hosts_after_relay"] = [p for p in host_pids if running(p)]
+    # SIGKILL is asynchronous: a host with many threads takes a moment to go.
+    out["hosts_after_relay"] = wait_gone(host_pids, 5.0)
 
     cluster_dir = fake.pod.directory
     fake.stop()
