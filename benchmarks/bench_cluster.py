@@ -1,6 +1,7 @@
 """local_cluster's cost: start-up, a warm `run`, and a 1e6-float all-reduce on 2
 workers against the same all-reduce in raw TensorFlow, launched by hand with
-subprocess and TF_CONFIG.
+subprocess and TF_CONFIG; and how soon a worker killed in an all-reduce is
+reported (the error, with every task's stack, raised here).
 
 Both sides are measured in the same run on the same machine. Start-up is timed
 over alternating cold starts, in wall time and in CPU time summed over this
@@ -11,7 +12,11 @@ once, in alternating batches (one cluster idles while the other is timed), so
 that drifting load on the machine hits both sides alike; a local_cluster on
 the host network is a third side, to show what the private network costs.
 
-`python benchmarks/bench_cluster.py [--rounds N] [--cold-starts N]`.
+With `--against ROOT` (a checkout of the package, e.g. the main branch), the
+start-up and the fault report are also timed with that package, each in a
+fresh process, alternating with this tree's, and given as ratios.
+
+`python benchmarks/bench_cluster.py [--rounds N] [--cold-starts N] [--faults N] [--against ROOT]`.
 """
 
 import argparse
@@ -94,6 +99,18 @@ def cluster_seconds_per_all_reduce(reps):
 
 def noop():
     return None
+
+
+def kill_worker_1_in_an_all_reduce():
+    """Worker 1 dies (SIGKILL) while worker 0 waits for it in an all-reduce."""
+    import signal
+
+    from compat_distribute.testing import cluster
+
+    strategy = cluster.worker_strategy()
+    if cluster.current_task() == ("worker", 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _one_all_reduce(strategy)
 
 
 # Launched by hand: `python bench_cluster.py --by-hand` with TF_CONFIG set. It
@@ -235,6 +252,62 @@ def _cold_starts(count):
     return starts, cpu
 
 
+def _one_fault_report():
+    """Seconds from run() to the ClusterTaskError naming worker 1, killed in an
+    all-reduce (the strategy built and warm)."""
+    from compat_distribute.testing import cluster
+
+    launched = cluster.local_cluster(2, timeout=120).start()
+    try:
+        assert launched.run(cluster_all_reduce_once) == [2.0, 2.0]
+        start = time.perf_counter()
+        try:
+            launched.run(kill_worker_1_in_an_all_reduce)
+        except cluster.ClusterTaskError as error:
+            seconds = time.perf_counter() - start
+            assert (error.task_id, error.exitcode) == (1, -9), str(error)
+            assert "Python stacks of worker 0:" in str(error), str(error)
+            return seconds
+        raise AssertionError("the killed worker was not reported")
+    finally:
+        launched.stop()
+
+
+def _one_start():
+    """Seconds from local_cluster(2).start() to the first all-reduce's result."""
+    launched = ThroughLocalCluster("auto")
+    launched.stop()
+    return launched.start_s
+
+
+_ONCE = {"fault": _one_fault_report, "start": _one_start}
+
+
+def _once_in(root, what):
+    """`_ONCE[what]()` in a fresh process that imports the package from `root`."""
+    done = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--once", what],
+        env=dict(os.environ, PYTHONPATH=root),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _against(root, count):
+    """{what: {"this tree": [s, ...], root: [s, ...]}}, the two alternating."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    timed = {what: {"this tree": [], root: []} for what in _ONCE}
+    for i in range(count):
+        for what in _ONCE:
+            sides = [("this tree", here), (root, root)]
+            for side, path in sides if i % 2 == 0 else reversed(sides):
+                timed[what][side].append(_once_in(path, what))
+    return timed
+
+
 def _interleaved(rounds):
     """Median seconds per all-reduce of each side, all up at once, in turns."""
     import warnings
@@ -264,9 +337,17 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=10, help="timed batches per side")
     parser.add_argument("--cold-starts", type=int, default=2, help="cold starts per side")
+    parser.add_argument("--faults", type=int, default=3, help="killed workers reported")
+    parser.add_argument("--against", metavar="ROOT", help="a checkout of the package to compare")
+    parser.add_argument("--once", choices=sorted(_ONCE), help=argparse.SUPPRESS)
     flags = parser.parse_args()
+    if flags.once:
+        print(json.dumps(_ONCE[flags.once]()))
+        return
 
     starts, start_cpu = _cold_starts(flags.cold_starts)
+    faults = [_one_fault_report() for _ in range(flags.faults)]
+    against = _against(flags.against, flags.faults) if flags.against else None
     network, batches, warm_run_s, run_all_reduce_s = _interleaved(flags.rounds)
     per_all_reduce = {side: statistics.median(w for w, _ in b) for side, b in batches.items()}
     cpu_per_all_reduce = {side: statistics.median(c for _, c in b) for side, b in batches.items()}
@@ -298,6 +379,8 @@ def main():
         "local_cluster network": network,
         "warm run(noop) on 2 workers (s)": warm_run_s,
         "cold starts (s)": starts,
+        "worker killed in an all-reduce, run() to the error (s)": faults,
+        "fresh processes, this tree and --against (s)": against,
         "(wall, CPU) seconds per all-reduce, per batch": batches,
     }
     table = [
@@ -315,6 +398,13 @@ def main():
             f"CPU of every process {zygote_cpu_ratio['candidate_s']:.2f} s / "
             f"{zygote_cpu_ratio['baseline_s']:.2f} s (ratio {zygote_cpu_ratio['ratio']:.2f})",
             "target": "CPU ratio < 1",
+        },
+        {
+            "measure": "local_cluster: a worker killed in an all-reduce, run() to the error "
+            "naming it with every task's stack",
+            "value": f"{statistics.median(faults):.2f} s (median of {len(faults)}; "
+            f"{min(faults):.2f}-{max(faults):.2f} s)",
+            "target": "<= 4.5 s",
         },
         {
             "measure": "local_cluster: warm run() of a no-op on 2 workers",
@@ -343,6 +433,24 @@ def main():
             "<= 1.05",
         ),
     ]
+    if against is not None:
+        for what, measure in (
+            ("start", "local_cluster: start to first all-reduce"),
+            ("fault", "local_cluster: a worker killed in an all-reduce, run() to the error"),
+        ):
+            ratio = _ratio(
+                statistics.median(against[what]["this tree"]),
+                statistics.median(against[what][flags.against]),
+            )
+            rows[f"{measure}: this tree / {flags.against}"] = ratio
+            table.append(
+                {
+                    "measure": f"{measure}: this tree / the package before (fresh processes, alternating)",
+                    "value": f"{ratio['candidate_s']:.2f} s / {ratio['baseline_s']:.2f} s "
+                    f"(ratio {ratio['ratio']:.2f})",
+                    "target": "ratio <= 1",
+                }
+            )
     _common.report("cluster", rows, table)
 
 

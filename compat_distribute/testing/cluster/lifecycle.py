@@ -327,15 +327,15 @@ class LocalCluster:
     # -- Tasks that end --------------------------------------------------------
 
     def tasks(self):
-        """Every running task (for `calls.collect`)."""
-        return list(self._launcher.tasks)
+        """Every running task, in task order (for `calls.collect`)."""
+        return [task for task in map(self._task, self._keys) if task is not None]
 
     def may_restart_after_raise(self):
         return self._auto_restart
 
     def on_death(self, task, code, may_restart=True):
         """What becomes of `task`, whose process ended with `code` (see
-        `calls.collect`): the restarted task, "down", "ended" or "fault"."""
+        `calls.collect`): "restart", "down", "ended" or "fault"."""
         killed_by = self._killing.pop(task.key, None)
         if self._chief_ends_job and task.task_type == "chief":
             if not (self._auto_restart and code != 0):
@@ -345,14 +345,14 @@ class LocalCluster:
                 )
                 return "ended"
         if self._auto_restart and code != 0 and may_restart:
-            return self.restart(task, f"{report.exit_reason(code)}")
+            return "restart"
         if killed_by is not None:
             self._launcher.discard(task)
             self._down[task.key] = f"{report.exit_reason(code)}, by {killed_by}"
             return "down"
         return "fault"
 
-    def restart(self, task, why="raised"):
+    def restart(self, task, why):
         """`task` again, as a new process with the same address and TF_CONFIG (auto_restart)."""
         old_pid = task.pid
         new = self._launcher.respawn(task)
@@ -374,6 +374,8 @@ class LocalCluster:
                 continue
             code = task.wait(launcher_lib.EXIT_GRACE_S)
             verdict = self.on_death(task, code)
+            if verdict == "restart":
+                self.restart(task, report.exit_reason(code))
             if verdict == "ended":
                 self._teardown(f"when {self.job_ended}")
                 return
