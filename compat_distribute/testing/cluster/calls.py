@@ -19,10 +19,12 @@ import time
 from multiprocessing import connection as mp_connection
 
 from compat_distribute.testing import deadlines
+from compat_distribute.testing.cluster import launcher as launcher_lib
+from compat_distribute.testing.cluster import ports
 from compat_distribute.testing.cluster import protocol
-from compat_distribute.testing.cluster.report import exit_reason as report_exit
+from compat_distribute.testing.cluster import report
 
-__all__ = ["FAILURE_GRACE_S", "MAX_RESTARTS", "Outcome", "RESTART_SETTLE_S", "collect"]
+__all__ = ["Evidence", "FAILURE_GRACE_S", "MAX_RESTARTS", "Outcome", "RESTART_SETTLE_S", "collect"]
 
 # After one task fails, how long the others get to finish before they are
 # presumed blocked on the failed peer (collectives wait for every task).
@@ -68,7 +70,7 @@ def collect(cluster, targets, call_bytes, call_id, timeout):
         wait = min(remaining, _WATCH_S)
         for conn in mp_connection.wait([t.conn for t in call.pending], wait) if call.pending else []:
             call.receive(next(t for t in call.pending if t.conn is conn))
-        if not call.pending:
+        if call.queued and not call.pending:
             time.sleep(min(wait, 0.01))  # Only restarts are due.
         call.notice_deaths()
         call.restart_due()
@@ -135,7 +137,7 @@ class _Call:
         self.outcome.gone.append(task)
         verdict = self.cluster.on_death(task, code, self._may_restart(task))
         if verdict == "restart":
-            self._queue(task, report_exit(code))
+            self._queue(task, report.exit_reason(code))
         elif verdict == "ended":
             self.outcome.job_ended = self.cluster.job_ended
             self._mark_failed()
@@ -188,3 +190,54 @@ def _receive(task, call_id):
     if isinstance(answer, protocol.Raised):
         return protocol.TaskRaised(task.name, answer)
     return answer.value
+
+
+class Evidence:
+    """What a failed call leaves to say, taken before its tasks are torn down:
+    each task's output during the call, stacks, which are stopped, and whether
+    the zygote died (then it is the one to name)."""
+
+    def __init__(self, launcher, function, outcome, starts):
+        self.function = function
+        tasks = list(launcher.tasks)
+        self.failures = report.causes_first(outcome.failures)
+        failed = {f.task for f in self.failures}
+        self.pending = [t for t in outcome.pending if t.name not in failed]
+        self.tasks = tasks + [t for t in outcome.pending + outcome.gone if t not in tasks]
+        self.outputs = {t.name: t.output(starts.get(t.name, t.output_start)) for t in self.tasks}
+        self.stacks = launcher_lib.dump_stacks(tasks)
+        # Read before the teardown: a killed task is no longer stopped.
+        self.stopped = {t.name for t in tasks if t.stopped()}
+        self.zygote_died = launcher.zygote_failure(f"during run({function})")
+
+    @property
+    def port_clash(self):
+        """Whether a server could not bind its port: TF's log says so or (when
+        TF_CPP_MIN_LOG_LEVEL hides it) the exception a task raised."""
+        texts = list(self.outputs.values()) + [
+            f"{f.raised.message}\n{f.raised.traceback}"
+            for f in self.failures
+            if isinstance(f, protocol.TaskRaised)
+        ]
+        return any(ports.mentions_port_clash(text) for text in texts)
+
+    def error(self, limit, logs):
+        """(the error to raise, its cause: the task's exception or None);
+        `limit`: the timeout in words; `logs`: where the logs were kept."""
+        if self.zygote_died is not None:
+            return report.with_logs(self.zygote_died, logs), None
+        if not self.failures:
+            error = report.call_timeout(
+                self.function, limit, self.tasks, self.pending, self.stacks,
+                self.outputs, self.stopped, logs,
+            )
+            return error, None
+        first = self.failures[0]
+        cause = None
+        if isinstance(first, protocol.TaskRaised) and not self.stopped:
+            cause = first.raised.unpickled_exception()
+        error = report.call_failure(
+            self.function, self.tasks, self.failures, self.pending, self.stacks,
+            self.outputs, self.stopped, cause, logs,
+        )
+        return error, cause
