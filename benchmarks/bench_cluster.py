@@ -1,6 +1,7 @@
 """local_cluster's cost: start-up, a warm `run`, and a 1e6-float all-reduce on 2
 workers against the same all-reduce in raw TensorFlow, launched by hand with
-subprocess and TF_CONFIG.
+subprocess and TF_CONFIG; and how soon a worker killed in an all-reduce is
+reported (the error, with every task's stack, raised here).
 
 Both sides are measured in the same run on the same machine. Start-up is timed
 over alternating cold starts, in wall time and in CPU time summed over this
@@ -11,7 +12,11 @@ once, in alternating batches (one cluster idles while the other is timed), so
 that drifting load on the machine hits both sides alike; a local_cluster on
 the host network is a third side, to show what the private network costs.
 
-`python benchmarks/bench_cluster.py [--rounds N] [--cold-starts N]`.
+With `--against ROOT` (a checkout of the package, e.g. the main branch), the
+start-up and the fault report are also timed with that package, each in a
+fresh process, alternating with this tree's, and given as ratios.
+
+`python benchmarks/bench_cluster.py [--rounds N] [--cold-starts N] [--faults N] [--against ROOT]`.
 """
 
 import argparse
@@ -94,6 +99,20 @@ def cluster_seconds_per_all_reduce(reps):
 
 def noop():
     return None
+
+
+def kill_worker_1_in_an_all_reduce(before_s):
+    """Worker 1 dies (SIGKILL) `before_s` seconds into the call, without joining
+    the all-reduce in which worker 0 waits for it."""
+    import signal
+
+    from compat_distribute.testing import cluster
+
+    strategy = cluster.worker_strategy()
+    if cluster.current_task() == ("worker", 1):
+        time.sleep(before_s)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _one_all_reduce(strategy)
 
 
 # Launched by hand: `python bench_cluster.py --by-hand` with TF_CONFIG set. It
@@ -235,6 +254,72 @@ def _cold_starts(count):
     return starts, cpu
 
 
+# Worker 1 dies at once, or once worker 0 waits in the all-reduce (it cannot
+# answer: the cluster waits out its grace period, then stops it).
+_KILLED_AFTER_S = {"fault": 0.0, "fault, peer waiting": 1.0}
+
+
+def _one_fault_report(kind="fault"):
+    """Seconds from run() to the ClusterTaskError naming worker 1, killed
+    (`_KILLED_AFTER_S[kind]`) while worker 0 runs an all-reduce with it (the
+    strategy built and warm), the tasks stopped."""
+    from compat_distribute.testing import cluster
+
+    launched = cluster.local_cluster(2, timeout=120).start()
+    try:
+        assert launched.run(cluster_all_reduce_once) == [2.0, 2.0]
+        start = time.perf_counter()
+        try:
+            launched.run(kill_worker_1_in_an_all_reduce, _KILLED_AFTER_S[kind])
+        except cluster.ClusterTaskError as error:
+            seconds = time.perf_counter() - start
+            assert (error.task_id, error.exitcode) == (1, -9), str(error)
+            assert "Python stacks of worker 0:" in str(error), str(error)
+            return seconds
+        raise AssertionError("the killed worker was not reported")
+    finally:
+        launched.stop()
+
+
+def _one_start():
+    """Seconds from local_cluster(2).start() to the first all-reduce's result."""
+    launched = ThroughLocalCluster("auto")
+    launched.stop()
+    return launched.start_s
+
+
+_ONCE = {
+    "start": _one_start,
+    "fault": _one_fault_report,
+    "fault, peer waiting": lambda: _one_fault_report("fault, peer waiting"),
+}
+
+
+def _once_in(root, what):
+    """`_ONCE[what]()` in a fresh process that imports the package from `root`."""
+    done = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--once", what],
+        env=dict(os.environ, PYTHONPATH=root),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _against(root, count):
+    """{what: {"this tree": [s, ...], root: [s, ...]}}, the two alternating."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    timed = {what: {"this tree": [], root: []} for what in _ONCE}
+    for i in range(count):
+        for what in _ONCE:
+            sides = [("this tree", here), (root, root)]
+            for side, path in sides if i % 2 == 0 else reversed(sides):
+                timed[what][side].append(_once_in(path, what))
+    return timed
+
+
 def _interleaved(rounds):
     """Median seconds per all-reduce of each side, all up at once, in turns."""
     import warnings
@@ -264,9 +349,17 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=10, help="timed batches per side")
     parser.add_argument("--cold-starts", type=int, default=2, help="cold starts per side")
+    parser.add_argument("--faults", type=int, default=3, help="killed workers reported")
+    parser.add_argument("--against", metavar="ROOT", help="a checkout of the package to compare")
+    parser.add_argument("--once", choices=sorted(_ONCE), help=argparse.SUPPRESS)
     flags = parser.parse_args()
+    if flags.once:
+        print(json.dumps(_ONCE[flags.once]()))
+        return
 
     starts, start_cpu = _cold_starts(flags.cold_starts)
+    faults = {kind: [_one_fault_report(kind) for _ in range(flags.faults)] for kind in _KILLED_AFTER_S}
+    against = _against(flags.against, flags.faults) if flags.against else None
     network, batches, warm_run_s, run_all_reduce_s = _interleaved(flags.rounds)
     per_all_reduce = {side: statistics.median(w for w, _ in b) for side, b in batches.items()}
     cpu_per_all_reduce = {side: statistics.median(c for _, c in b) for side, b in batches.items()}
@@ -298,6 +391,8 @@ def main():
         "local_cluster network": network,
         "warm run(noop) on 2 workers (s)": warm_run_s,
         "cold starts (s)": starts,
+        "worker killed in an all-reduce, run() to the error (s)": faults,
+        "fresh processes, this tree and --against (s)": against,
         "(wall, CPU) seconds per all-reduce, per batch": batches,
     }
     table = [
@@ -316,6 +411,16 @@ def main():
             f"{zygote_cpu_ratio['baseline_s']:.2f} s (ratio {zygote_cpu_ratio['ratio']:.2f})",
             "target": "CPU ratio < 1",
         },
+        *(
+            {
+                "measure": f"local_cluster: a worker killed in an all-reduce ({kind}), run() "
+                f"to the error naming it with every task's stack",
+                "value": f"{statistics.median(seconds):.2f} s (median of {len(seconds)}; "
+                f"{min(seconds):.2f}-{max(seconds):.2f} s)",
+                "target": "<= 4.5 s",
+            }
+            for kind, seconds in faults.items()
+        ),
         {
             "measure": "local_cluster: warm run() of a no-op on 2 workers",
             "value": f"{warm_run_s * 1e3:.2f} ms",
@@ -343,6 +448,23 @@ def main():
             "<= 1.05",
         ),
     ]
+    if against is not None:
+        for what in _ONCE:
+            measure = f"local_cluster: {what}" if what != "start" else "local_cluster: start"
+            ratio = _ratio(
+                statistics.median(against[what]["this tree"]),
+                statistics.median(against[what][flags.against]),
+            )
+            rows[f"{measure} (s): this tree / {flags.against}"] = ratio
+            table.append(
+                {
+                    "measure": f"{measure} (to the first all-reduce, or to the error): this "
+                    f"tree / the package before (fresh processes, alternating)",
+                    "value": f"{ratio['candidate_s']:.2f} s / {ratio['baseline_s']:.2f} s "
+                    f"(ratio {ratio['ratio']:.2f})",
+                    "target": "ratio <= 1.05 (the noise floor)",
+                }
+            )
     _common.report("cluster", rows, table)
 
 

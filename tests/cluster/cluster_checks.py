@@ -15,13 +15,17 @@ HOST_NETWORK = os.readlink("/proc/self/ns/net")
 
 
 def network_namespace_users(namespace):
-    """Processes inside `namespace` ("net:[inode]") and descriptors of this
-    process holding it: what keeps a network namespace alive."""
+    """Processes of this test inside `namespace` ("net:[inode]") and descriptors
+    of this process holding it: what keeps a network namespace alive. Its
+    processes are this one's descendants and orphans (a task that outlived its
+    parent): the kernel reuses a freed namespace's inode number, maybe for
+    another program's namespace on a shared machine."""
+    ours = descendants() | set(_children_by_parent().get(1, ()))
     users = []
-    for name in os.listdir("/proc"):
+    for pid in sorted(ours):
         try:
-            if name.isdigit() and os.readlink(f"/proc/{name}/ns/net") == namespace:
-                users.append(f"pid {name}")
+            if os.readlink(f"/proc/{pid}/ns/net") == namespace:
+                users.append(f"pid {pid}")
         except OSError:  # Gone meanwhile, or not ours to read.
             pass
     for fd in os.listdir("/proc/self/fd"):

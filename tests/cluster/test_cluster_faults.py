@@ -18,7 +18,7 @@ from compat_distribute.testing.cluster import ClusterTaskError
 from compat_distribute.testing.cluster import ClusterTimeoutError
 from compat_distribute.testing.cluster import LaunchHooks
 from compat_distribute.testing.cluster import local_cluster
-from compat_distribute.testing.cluster.ports import pick_ports
+from compat_distribute.testing.cluster import pick_unused_port
 
 
 @pytest.mark.multi_worker(2)
@@ -160,7 +160,7 @@ def test_port_taken_before_the_server_binds_is_retried_with_new_ports():
         launches = []
 
         def occupied_first(count):
-            picked = pick_ports(count)
+            picked = [pick_unused_port() for _ in range(count)]
             if not launches:
                 picked[0] = occupied
             launches.append(picked)

@@ -7,12 +7,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import cluster_tasks as tasks
 import pytest
 from cluster_checks import assert_no_leaks
-from cluster_checks import running
+from cluster_checks import wait_gone
 
 from compat_distribute.testing.cluster import ClusterTaskError
 from compat_distribute.testing.cluster import local_cluster
@@ -124,10 +123,7 @@ def test_tasks_die_with_a_parent_killed_by_sigkill_and_its_directory_is_reaped(
     assert len(forkers) == 1 and (not zygote or forkers_parents == {parent.pid})
     pids += list(zygote)  # It dies with the parent too.
     # The parent-death signal kills at once; the orphan watchdog within a second.
-    deadline = time.monotonic() + 5
-    while any(running(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert [p for p in pids if running(p)] == []
+    assert wait_gone(pids, 5) == []
     # The killed parent could not remove its directory; the next cluster does.
     assert os.listdir(temp_dir) == [os.path.basename(directory)]
     assert workdir.reap_abandoned(str(temp_dir)) == [directory]

@@ -7,13 +7,14 @@ import json
 import os
 import signal
 import threading
-import time
 
 import cluster_tasks as tasks
 import pytest
 from cluster_checks import assert_no_leaks
 from cluster_checks import descendants
 from cluster_checks import running
+from cluster_checks import wait_for
+from cluster_checks import wait_gone
 
 from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import ClusterError
@@ -174,9 +175,7 @@ def test_a_zygote_killed_mid_launch_fails_it_naming_the_zygote_and_leaves_nothin
             os.kill(zygote, signal.SIGKILL)
             # Dead, not dying: a process ends some milliseconds after SIGKILL,
             # and a forked task may say Ready meanwhile.
-            deadline = time.monotonic() + 10
-            while running(zygote) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            assert wait_gone([zygote], 10) == []
 
     c = local_cluster(2, timeout=60, hooks=LaunchHooks(on_launch=on_launch))
     with pytest.raises(ClusterError) as raised:
@@ -230,9 +229,7 @@ def test_a_pod_hosts_zygote_that_dies_is_named_with_each_host(temp_dir):
         zygote, hosts = servers.zygote_pid, servers.pids
         assert [_parent(p) for p in hosts] == [zygote] * 2
         os.kill(zygote, signal.SIGKILL)
-        deadline = time.monotonic() + deadlines.scaled(10)
-        while len(servers.faults()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: len(servers.faults()) >= 2, 10, interval=0.05)
         because = f"as the zygote that forked it (pid {zygote}) was killed by SIGKILL"
         assert servers.faults() == [
             (i, f"worker {i}, pid {hosts[i]}, was killed by SIGKILL, {because}") for i in (0, 1)

@@ -3,9 +3,10 @@
 `collect` sends the pickled call to the target tasks and waits for each
 answer, within the cluster's timeout. Meanwhile it watches every task of the
 cluster, targets or not, answered or not: a task whose process ends goes to
-the cluster's `on_death` policy, which restarts it (auto_restart: the call is
-sent again to a restarted target), keeps it down (it was killed on purpose),
-ends the job (chief_ends_job), or calls it a fault. After the first fault the
+the cluster's `on_death` policy, which restarts it (auto_restart), keeps it
+down (it was killed on purpose), ends the job (chief_ends_job), or calls it a
+fault. Restarts wait `RESTART_SETTLE_S` for the tasks that end together, then
+start them in task order; a restarted target gets the call again. After the first fault the
 other targets get `FAILURE_GRACE_S` to answer, since collectives wait for
 every task; then the call fails with the task that died first named first.
 """
@@ -18,9 +19,12 @@ import time
 from multiprocessing import connection as mp_connection
 
 from compat_distribute.testing import deadlines
+from compat_distribute.testing.cluster import launcher as launcher_lib
+from compat_distribute.testing.cluster import ports
 from compat_distribute.testing.cluster import protocol
+from compat_distribute.testing.cluster import report
 
-__all__ = ["FAILURE_GRACE_S", "MAX_RESTARTS", "Outcome", "collect"]
+__all__ = ["Evidence", "FAILURE_GRACE_S", "MAX_RESTARTS", "Outcome", "RESTART_SETTLE_S", "collect"]
 
 # After one task fails, how long the others get to finish before they are
 # presumed blocked on the failed peer (collectives wait for every task).
@@ -29,6 +33,10 @@ FAILURE_GRACE_S = 1.0
 _WATCH_S = 0.1
 # Restarts of one task within one call (auto_restart), past which its failure stands.
 MAX_RESTARTS = 3
+# How long restarts wait for the other tasks that end with the first (a checkpoint
+# handler's exit, a collective that fails): then all start again, the chief and
+# worker 0 (the coordination service's leader) first.
+RESTART_SETTLE_S = 1.0
 
 
 class Outcome:
@@ -47,76 +55,114 @@ class Outcome:
 def collect(cluster, targets, call_bytes, call_id, timeout):
     """Runs one call on `targets` (tasks of `cluster`'s launcher); returns its `Outcome`.
 
-    `cluster` provides `tasks()` (every live task), `on_death(task, code,
-    may_restart)` -> the restarted task, "down", "ended" or "fault",
-    `restart(task)`, `may_restart_after_raise()` and `job_ended`.
+    `cluster` provides `tasks()` (every live task, in task order), `on_death(task,
+    code, may_restart)` -> "restart", "down", "ended" or "fault", `restart(task,
+    why)` -> the new task, `may_restart_after_raise()` and `job_ended`.
     """
-    outcome = Outcome()
-    restarts = collections.Counter()
-    pending = list(targets)
-    for task in pending:
-        _send(task, call_bytes)  # A task that ended shows below, as its connection's end.
+    call = _Call(cluster, targets, call_bytes, call_id)
     deadline = time.monotonic() + deadlines.scaled(timeout)
-    first_failure_at = None
-    while pending:
+    while call.pending or call.queued:
         remaining = deadline - time.monotonic()
-        if outcome.failures or outcome.job_ended:
-            remaining = min(remaining, first_failure_at + FAILURE_GRACE_S - time.monotonic())
+        if call.failed_at is not None:
+            remaining = min(remaining, call.failed_at + FAILURE_GRACE_S - time.monotonic())
         if remaining <= 0:
             break
-        for conn in mp_connection.wait([t.conn for t in pending], min(remaining, _WATCH_S)):
-            task = next(t for t in pending if t.conn is conn)
-            pending.remove(task)
-            answer = _receive(task, call_id)
-            if not isinstance(answer, (protocol.TaskRaised, protocol.TaskDied)):
-                outcome.results[task.name] = answer
+        wait = min(remaining, _WATCH_S)
+        for conn in mp_connection.wait([t.conn for t in call.pending], wait) if call.pending else []:
+            call.receive(next(t for t in call.pending if t.conn is conn))
+        if call.queued and not call.pending:
+            time.sleep(min(wait, 0.01))  # Only restarts are due.
+        call.notice_deaths()
+        call.restart_due()
+    call.outcome.pending = call.pending + [task for task, _, _ in call.queued]
+    return call.outcome
+
+
+class _Call:
+    """The state of one call: the targets it waits on, and the tasks to restart."""
+
+    def __init__(self, cluster, targets, call_bytes, call_id):
+        self.cluster = cluster
+        self.call_bytes = call_bytes
+        self.call_id = call_id
+        self.outcome = Outcome()
+        self.restarts = collections.Counter()
+        self.pending = list(targets)
+        self.answering = {task.name for task in targets}  # The targets, by name.
+        # (task, why, since): ended or raised, to start again once the others
+        # that end with it have (`RESTART_SETTLE_S`), in task order.
+        self.queued = []
+        self.failed_at = None  # When the first failure was recorded.
+        for task in self.pending:
+            _send(task, call_bytes)  # A task that ended shows as its connection's end.
+
+    def receive(self, task):
+        self.pending.remove(task)
+        answer = _receive(task, self.call_id)
+        if isinstance(answer, protocol.TaskRaised):
+            may = self.cluster.may_restart_after_raise() and self._may_restart(task)
+            if may:
+                self._queue(task, f"raised {answer.raised.type}")
+            else:
+                self._fail(answer)
+        elif isinstance(answer, protocol.TaskDied):
+            self._ended(task, answer.exitcode)
+        else:
+            self.outcome.results[task.name] = answer
+
+    def notice_deaths(self):
+        """Tasks this call does not wait on: non-targets, and targets that answered."""
+        for task in self.cluster.tasks():
+            if task in self.pending or task in self.outcome.gone or self._is_queued(task):
                 continue
-            again = _after_failure(cluster, task, answer, restarts, outcome)
-            if again is not None:
-                _send(again, call_bytes)
-                pending.append(again)
-            elif outcome.failures or outcome.job_ended:
-                first_failure_at = first_failure_at or time.monotonic()
-        # Tasks this call does not wait on: non-targets, and targets that answered.
-        for task in list(cluster.tasks()):
-            if task not in pending and task not in outcome.gone and task.has_exited():
-                code = task.wait(0.5)
-                outcome.gone.append(task)
-                verdict = cluster.on_death(task, code, restarts[task.name] < MAX_RESTARTS)
-                if not isinstance(verdict, str):
-                    restarts[task.name] += 1
-                elif verdict == "fault":
-                    outcome.failures.append(protocol.TaskDied(task.name, code))
-                elif verdict == "ended":
-                    outcome.job_ended = cluster.job_ended
-                if outcome.failures or outcome.job_ended:
-                    first_failure_at = first_failure_at or time.monotonic()
-    outcome.pending = pending
-    return outcome
+            if task.has_exited():
+                self._ended(task, task.wait(0.5))
 
+    def restart_due(self):
+        if not self.queued:
+            return
+        settled = time.monotonic() - self.queued[0][2] >= RESTART_SETTLE_S
+        if not settled and self.pending:
+            return
+        order = {task.name: i for i, task in enumerate(self.cluster.tasks())}
+        queued, self.queued = self.queued, []
+        for task, why, _ in sorted(queued, key=lambda q: order.get(q[0].name, len(order))):
+            self.restarts[task.name] += 1
+            new = self.cluster.restart(task, why)
+            if task.name in self.answering and task.name not in self.outcome.results:
+                _send(new, self.call_bytes)
+                self.pending.append(new)
 
-def _after_failure(cluster, task, failure, restarts, outcome):
-    """Deals with a target that raised or ended; returns the restarted task
-    to send the call to again, or None (the failure is recorded)."""
-    may_restart = restarts[task.name] < MAX_RESTARTS
-    if isinstance(failure, protocol.TaskRaised):
-        if cluster.may_restart_after_raise() and may_restart:
-            restarts[task.name] += 1
-            return cluster.restart(task)
-        outcome.failures.append(failure)
-        return None
-    outcome.gone.append(task)
-    verdict = cluster.on_death(task, failure.exitcode, may_restart)
-    if not isinstance(verdict, str):
-        restarts[task.name] += 1
-        return verdict  # Restarted: answers again.
-    if verdict == "ended":
-        outcome.job_ended = cluster.job_ended
-    elif verdict == "down":
-        outcome.failures.append(protocol.TaskDied(task.name, failure.exitcode, "kill_task"))
-    else:
-        outcome.failures.append(failure)
-    return None
+    def _ended(self, task, code):
+        self.outcome.gone.append(task)
+        verdict = self.cluster.on_death(task, code, self._may_restart(task))
+        if verdict == "restart":
+            self._queue(task, report.exit_reason(code))
+        elif verdict == "ended":
+            self.outcome.job_ended = self.cluster.job_ended
+            self._mark_failed()
+        elif verdict == "down":
+            if task.name in self.answering and task.name not in self.outcome.results:
+                self._fail(protocol.TaskDied(task.name, code, "kill_task"))
+        else:
+            self._fail(protocol.TaskDied(task.name, code))
+
+    def _may_restart(self, task):
+        return self.restarts[task.name] < MAX_RESTARTS
+
+    def _queue(self, task, why):
+        self.queued.append((task, why, time.monotonic()))
+
+    def _is_queued(self, task):
+        return any(task is queued for queued, _, _ in self.queued)
+
+    def _fail(self, failure):
+        self.outcome.failures.append(failure)
+        self._mark_failed()
+
+    def _mark_failed(self):
+        if self.failed_at is None:
+            self.failed_at = time.monotonic()
 
 
 def _send(task, call_bytes):
@@ -144,3 +190,54 @@ def _receive(task, call_id):
     if isinstance(answer, protocol.Raised):
         return protocol.TaskRaised(task.name, answer)
     return answer.value
+
+
+class Evidence:
+    """What a failed call leaves to say, taken before its tasks are torn down:
+    each task's output during the call, stacks, which are stopped, and whether
+    the zygote died (then it is the one to name)."""
+
+    def __init__(self, launcher, function, outcome, starts):
+        self.function = function
+        tasks = list(launcher.tasks)
+        self.failures = report.causes_first(outcome.failures)
+        failed = {f.task for f in self.failures}
+        self.pending = [t for t in outcome.pending if t.name not in failed]
+        self.tasks = tasks + [t for t in outcome.pending + outcome.gone if t not in tasks]
+        self.outputs = {t.name: t.output(starts.get(t.name, t.output_start)) for t in self.tasks}
+        self.stacks = launcher_lib.dump_stacks(tasks)
+        # Read before the teardown: a killed task is no longer stopped.
+        self.stopped = {t.name for t in tasks if t.stopped()}
+        self.zygote_died = launcher.zygote_failure(f"during run({function})")
+
+    @property
+    def port_clash(self):
+        """Whether a server could not bind its port: TF's log says so or (when
+        TF_CPP_MIN_LOG_LEVEL hides it) the exception a task raised."""
+        texts = list(self.outputs.values()) + [
+            f"{f.raised.message}\n{f.raised.traceback}"
+            for f in self.failures
+            if isinstance(f, protocol.TaskRaised)
+        ]
+        return any(ports.mentions_port_clash(text) for text in texts)
+
+    def error(self, limit, logs):
+        """(the error to raise, its cause: the task's exception or None);
+        `limit`: the timeout in words; `logs`: where the logs were kept."""
+        if self.zygote_died is not None:
+            return report.with_logs(self.zygote_died, logs), None
+        if not self.failures:
+            error = report.call_timeout(
+                self.function, limit, self.tasks, self.pending, self.stacks,
+                self.outputs, self.stopped, logs,
+            )
+            return error, None
+        first = self.failures[0]
+        cause = None
+        if isinstance(first, protocol.TaskRaised) and not self.stopped:
+            cause = first.raised.unpickled_exception()
+        error = report.call_failure(
+            self.function, self.tasks, self.failures, self.pending, self.stacks,
+            self.outputs, self.stopped, cause, logs,
+        )
+        return error, cause

@@ -63,10 +63,17 @@ def task_error_class(exception_type):
     if issubclass(exception_type, ClusterTaskError):
         return exception_type
     name = f"ClusterTaskError[{exception_type.__qualname__}]"
+
+    def __new__(cls, *args, **kwargs):  # The task's class lays the instance out (OSError's).
+        del args, kwargs
+        return exception_type.__new__(cls)
+
     try:
-        return type(name, (ClusterTaskError, exception_type), {"__qualname__": name})
-    except TypeError:
+        mixed = type(name, (ClusterTaskError, exception_type), {"__qualname__": name, "__new__": __new__})
+        mixed.__new__(mixed)  # A class of the task's own may not build so.
+    except Exception:  # pylint: disable=broad-except
         return ClusterTaskError
+    return mixed
 
 
 class ClusterTimeoutError(ClusterError, TimeoutError):

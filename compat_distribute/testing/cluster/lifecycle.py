@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import atexit
 import signal
 import sys
 import threading
 import time
-import weakref
 
 from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import calls
@@ -20,24 +18,15 @@ from compat_distribute.testing.cluster import protocol
 from compat_distribute.testing.cluster import report
 from compat_distribute.testing.cluster import task as task_lib
 from compat_distribute.testing.cluster import tf_config
+from compat_distribute.testing.cluster import watcher as watcher_lib
 from compat_distribute.testing.cluster.errors import ClusterError
 from compat_distribute.testing.cluster.errors import ClusterTimeoutError
 
 __all__ = ["LocalCluster", "local_cluster"]
 
 _WORKER_MAIN = "compat_distribute.testing.cluster.worker"
-# How often the watcher looks at the tasks between runs.
-WATCH_INTERVAL_S = 0.1
 # How long kill_task waits for the task to end (scaled).
 _KILL_WAIT_S = 10.0
-
-_LIVE = weakref.WeakSet()
-
-
-@atexit.register  # Runs before the launchers' own (registered earlier).
-def _stop_watching():
-    for cluster in list(_LIVE):
-        cluster._stop_watcher()  # pylint: disable=protected-access
 
 
 class _PortClash(Exception):
@@ -84,7 +73,6 @@ class LocalCluster:
         self._auto_restart = checks.flag("auto_restart", auto_restart)
         self._chief_ends_job = checks.flag("chief_ends_job", chief_ends_job)
         self._stream_output = checks.flag("stream_output", stream_output)
-        self._streamer = None
         deadlines.scale()  # A bad $COMPAT_DISTRIBUTE_TIMEOUT_SCALE fails here.
         self._launcher = launcher_lib.Launcher(
             network=netns.check(network),
@@ -107,7 +95,6 @@ class LocalCluster:
         self._call_count = 0
         self._lock = threading.RLock()  # A run, a start, a restart: one at a time.
         self._watcher = None
-        self._watching = threading.Event()
 
     # -- Public surface ------------------------------------------------------
 
@@ -302,14 +289,14 @@ class LocalCluster:
             named = tf_config.in_cluster_spec(self._keys)
             self._cluster_spec = tf_config.cluster_spec(named, launcher.pick_ports(len(named)))
             self._specs = {key: self._task_spec(*key) for key in self._keys}
-            if self._stream_output:
-                self._streamer = output_lib.Streamer(
-                    {spec.name: launcher.workdir.log_path(spec.name) for spec in self._specs.values()}
-                )
             launcher.spawn([self._specs[key] for key in keys])
             launcher.wait_ready()
         self._down = {key: "not started" for key in self._keys if key not in keys}
-        self._start_watcher()
+        streamer = None
+        if self._stream_output:
+            logs = {spec.name: self._launcher.workdir.log_path(spec.name) for spec in self._specs.values()}
+            streamer = output_lib.Streamer(logs)
+        self._watcher = watcher_lib.Watcher(self._lock, self._notice_deaths, streamer)
 
     def _start_down(self, keys):
         try:
@@ -327,15 +314,15 @@ class LocalCluster:
     # -- Tasks that end --------------------------------------------------------
 
     def tasks(self):
-        """Every running task (for `calls.collect`)."""
-        return list(self._launcher.tasks)
+        """Every running task, in task order (for `calls.collect`)."""
+        return [task for task in map(self._task, self._keys) if task is not None]
 
     def may_restart_after_raise(self):
         return self._auto_restart
 
     def on_death(self, task, code, may_restart=True):
         """What becomes of `task`, whose process ended with `code` (see
-        `calls.collect`): the restarted task, "down", "ended" or "fault"."""
+        `calls.collect`): "restart", "down", "ended" or "fault"."""
         killed_by = self._killing.pop(task.key, None)
         if self._chief_ends_job and task.task_type == "chief":
             if not (self._auto_restart and code != 0):
@@ -345,14 +332,14 @@ class LocalCluster:
                 )
                 return "ended"
         if self._auto_restart and code != 0 and may_restart:
-            return self.restart(task, f"{report.exit_reason(code)}")
+            return "restart"
         if killed_by is not None:
             self._launcher.discard(task)
             self._down[task.key] = f"{report.exit_reason(code)}, by {killed_by}"
             return "down"
         return "fault"
 
-    def restart(self, task, why="raised"):
+    def restart(self, task, why):
         """`task` again, as a new process with the same address and TF_CONFIG (auto_restart)."""
         old_pid = task.pid
         new = self._launcher.respawn(task)
@@ -374,6 +361,8 @@ class LocalCluster:
                 continue
             code = task.wait(launcher_lib.EXIT_GRACE_S)
             verdict = self.on_death(task, code)
+            if verdict == "restart":
+                self.restart(task, report.exit_reason(code))
             if verdict == "ended":
                 self._teardown(f"when {self.job_ended}")
                 return
@@ -386,32 +375,10 @@ class LocalCluster:
                     flush=True,
                 )
 
-    def _start_watcher(self):
-        self._watching = threading.Event()
-        self._watcher = threading.Thread(
-            target=self._watch, args=(self._watching,), name="local_cluster watcher", daemon=True
-        )
-        _LIVE.add(self)
-        self._watcher.start()
-
     def _stop_watcher(self):
-        self._watching.set()
-        if self._watcher is not None and self._watcher is not threading.current_thread():
-            self._watcher.join()
-        self._watcher = None
-        if self._streamer is not None:
-            self._streamer.pump(final=True)  # Before the logs go.
-
-    def _watch(self, stop):
-        while not stop.wait(WATCH_INTERVAL_S):
-            if self._streamer is not None:
-                self._streamer.pump()
-            if self._lock.acquire(blocking=False):  # Else a run or a start is on.
-                try:
-                    if not stop.is_set():
-                        self._notice_deaths()
-                finally:
-                    self._lock.release()
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
 
     # -- Calls ---------------------------------------------------------------
 
@@ -479,100 +446,47 @@ class LocalCluster:
     def _fail(self, function, outcome, starts):
         """Dumps stacks, tears the tasks down and raises the error for a call of
         `function` ("module:qualname")."""
-        tasks = list(self._launcher.tasks)
-        failures = report.causes_first(outcome.failures)
-        failed = {f.task for f in failures}
-        pending = [t for t in outcome.pending if t.name not in failed]
-        seen = tasks + [t for t in outcome.pending + outcome.gone if t not in tasks]
-        outputs = {t.name: t.output(starts.get(t.name, t.output_start)) for t in seen}
-        stacks = launcher_lib.dump_stacks(tasks)
-        # Read before the teardown: a killed task is no longer stopped.
-        stopped = {t.name for t in tasks if t.stopped()}
-        # The tasks die with their zygote: then it is the one to name.
-        died = self._launcher.zygote_failure(f"during run({function})")
+        evidence = calls.Evidence(self._launcher, function, outcome, starts)
         logs = self._keep_logs()
         self._teardown("after a fault")
-        if died is not None:
-            self._failure = f"after a fault ({str(died).splitlines()[0]})"
-            raise report.with_logs(died, logs)
-        if failures:
-            first = failures[0]
-            cause = first.raised.unpickled_exception() if isinstance(first, protocol.TaskRaised) else None
-            error = report.call_failure(
-                function, seen, failures, pending, stacks, outputs, stopped, cause, logs
-            )
-        else:
-            error = report.call_timeout(
-                function,
-                deadlines.describe(self._timeout),
-                seen,
-                pending,
-                stacks,
-                outputs,
-                stopped,
-                logs,
-            )
-        # The bind failure shows in TF's log, or (when TF_CPP_MIN_LOG_LEVEL hides
-        # the log) only in the exception the task raised.
-        texts = list(outputs.values()) + [
-            f"{f.raised.message}\n{f.raised.traceback}"
-            for f in failures
-            if isinstance(f, protocol.TaskRaised)
-        ]
-        if any(ports.mentions_port_clash(text) for text in texts):
+        error, cause = evidence.error(deadlines.describe(self._timeout), logs)
+        if evidence.port_clash:
             raise _PortClash(error)
         self._failure = f"after a fault ({str(error).splitlines()[0]})"
-        if failures and isinstance(failures[0], protocol.TaskRaised) and not stopped:
-            raise error from failures[0].raised.unpickled_exception()
-        raise error
+        raise error from cause
 
 
 def local_cluster(num_workers=2, **options) -> LocalCluster:
-    """A cluster of local processes that runs a function in every task.
+    """A cluster of local processes that runs a function in every task (docs/clusters.md).
 
     Args:
-        num_workers: number of "worker" tasks (1 to 64).
-        has_chief: also start a "chief" task; it comes first in results.
-        ps: number of "ps" (parameter server) tasks (0 to 64). With ps > 0,
-            every "worker" and "ps" task starts its tf.distribute.Server from
-            its TF_CONFIG before it is ready (and again when restarted), as
-            parameter-server training needs: run the coordinator on the chief
-            with `run_on("chief", fn)`.
-        evaluator: also start an "evaluator" task (last in results); its
-            TF_CONFIG names the cluster of the others and task evaluator 0, as
-            TensorFlow's side-car evaluation expects.
-        devices_per_worker: virtual CPU devices each task gets (1 to 256), set up
-            before the function runs any op.
-        timeout: seconds a `run` may take before it fails with every task's stack.
-            This and start_timeout are multiplied by $COMPAT_DISTRIBUTE_TIMEOUT_SCALE
-            (default 1; see `compat_distribute.testing.deadlines`).
-        env: extra environment variables for the tasks (str -> str). TF_CONFIG is
-            written by the cluster for each task and cannot be given here.
-        task_env: `(task_type, task_id) -> {str: str}`, more environment for
-            one task (e.g. CUDA_VISIBLE_DEVICES round robin), called once per
-            task when the cluster is made. A task whose environment differs from the
-            others' in a variable read at import starts as a fresh process.
-        start_timeout: seconds the tasks may take to start (import TensorFlow);
-            default max(timeout, 60).
-        network: "private": every task runs in one network namespace of the
-            cluster's own (Linux: root, or user namespaces enabled), so their
-            gRPC servers are reachable only from each other, not from this
-            process or the network; ClusterError at start() where that is
-            unavailable. "host": the tasks share this process's network, their
-            servers listen on all interfaces (TensorFlow binds 0.0.0.0).
-            "auto" (default): "private" where available, else "host" with a
-            RuntimeWarning saying why.
-        hooks: a `LaunchHooks` through which tests inject faults into the
-            launches (ports, commands); None for none.
-        auto_restart: a task whose process ends with a non-zero status, or
-            whose call raises, is started again (same address and TF_CONFIG)
-            and runs the call again, up to 3 times per call.
-        chief_ends_job: once the chief's process ends, every task is stopped
-            and `run` raises ClusterError saying so (with auto_restart, only
-            when the chief exits with status 0; otherwise it is restarted).
-        stream_output: write each task's output to this process's stdout as
-            it comes, each line behind "[worker-1] ". Either way a fault keeps
-            every task's log, and its error says where.
+        num_workers: "worker" tasks (1 to 64).
+        has_chief: also a "chief" task, first in results.
+        ps: "ps" tasks (0 to 64). Then every "worker" and "ps" task starts its
+            tf.distribute.Server from TF_CONFIG before it is ready, as
+            parameter-server training needs (coordinate with `run_on("chief", fn)`).
+        evaluator: also an "evaluator" task, last, outside the cluster spec.
+        devices_per_worker: virtual CPUs of each task (1 to 256), k replicas of
+            MultiWorkerMirroredStrategy per task.
+        timeout: seconds a `run` may take before it fails with every task's
+            stack; it and start_timeout scale with $COMPAT_DISTRIBUTE_TIMEOUT_SCALE.
+        env: environment for every task (str -> str), TF_CONFIG excepted.
+        task_env: `(task_type, task_id) -> {str: str}`, a task's own environment,
+            called once per task when the cluster is made.
+        start_timeout: seconds the tasks may take to start; default max(timeout, 60).
+        network: "private" (one network namespace of the cluster's own: the
+            servers are reachable by its tasks alone; ClusterError where none
+            can be made), "host" (this process's network: TensorFlow's servers
+            listen on all interfaces) or "auto" ("private" where possible,
+            else "host" with a RuntimeWarning).
+        hooks: a `LaunchHooks` for tests that inject faults into launches.
+        auto_restart: a task whose process ends non-zero, or whose call
+            raises, starts again (same address and TF_CONFIG) and runs the call
+            again, up to 3 times per call.
+        chief_ends_job: the chief's end stops every task (with auto_restart,
+            only its exit with status 0); `run` then raises ClusterError.
+        stream_output: each task's output on this process's stdout as it
+            comes, behind "[worker-1] ".
 
     Returns:
         A `LocalCluster`, not started: use it in a `with` statement, or call

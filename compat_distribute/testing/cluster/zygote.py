@@ -7,7 +7,8 @@ mains' modules without running an op, says `Ready`, then forks a child per
 `Fork`. Each child takes a session, log and environment of its own and runs
 bootstrap's task start; the zygote reports `Exited` when it ends and reaps it
 only on `Reap`, so its pid and process group stay the launcher's to signal.
-Why and how it is safe to fork: docs/design.md ("The zygote").
+It forks only while no TensorFlow runtime and no second thread exist in it
+(`unsafe_to_fork`): docs/clusters.md, "One TensorFlow import per launch".
 """
 
 from __future__ import annotations
