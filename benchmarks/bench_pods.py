@@ -13,9 +13,12 @@ the hosts to the first all-reduce over cold starts (wall time, and CPU time
 summed over this process and every process the start launched; hosts forked
 from one zygote, the default, alternating with hosts as fresh processes,
 COMPAT_DISTRIBUTE_ZYGOTE=0), the hosts' memory, and an 8-host pod
-(v5litepod-32) against its own `hosts=1` twin.
+(v5litepod-32) against its own `hosts=1` twin. Keras 3 `fit` of the same model: its first
+step (trace and first run, timed by Keras' batch callbacks) and its first `fit` call on a
+fresh model, v3-32 pod and v3-8 in turn, and warm 10-step epochs side by side; and the pod's
+step traced once (the default) against traced per replica.
 
-`python benchmarks/bench_pods.py [--cold-starts N] [--repeats N] [--no-eight-hosts]`.
+`python benchmarks/bench_pods.py [--cold-starts N] [--repeats N] [--first-fits N] [--no-eight-hosts]`.
 """
 
 import argparse
@@ -73,6 +76,88 @@ def _training_step(strategy, steps_per_call):
         return loss
 
     return lambda: train(iterator).numpy()
+
+
+def _keras_model(strategy):
+    """The training step's model, compiled for Keras 3 `fit` under `strategy`."""
+    import keras
+
+    with strategy.scope():
+        model = keras.Sequential(
+            [
+                keras.Input((FEATURES,)),
+                keras.layers.Dense(FEATURES, activation="relu"),
+                keras.layers.Dense(1),
+            ]
+        )
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    return model
+
+
+def _keras_data(strategy):
+    import tensorflow as tf
+
+    batch = PER_REPLICA_BATCH * strategy.num_replicas_in_sync
+    features = tf.random.stateless_uniform([batch, FEATURES], seed=(1, 2))
+    labels = tf.reduce_sum(features, axis=1, keepdims=True)
+    return tf.data.Dataset.from_tensors((features, labels)).repeat()
+
+
+def _batch_timer():
+    """A Keras callback that keeps each training step's seconds in `took` (Keras' batch
+    callbacks enclose the step's call)."""
+    import keras
+
+    class BatchTimer(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            self.started = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.took.append(time.perf_counter() - self.started)
+
+    timer = BatchTimer()
+    timer.took = []
+    return timer
+
+
+def _keras_first_fit(strategy):
+    """Seconds of a fresh model's first `fit` step (trace and first run) and of its
+    whole first `fit` call of one step (which also makes the per-core input iterators)."""
+    model = _keras_model(strategy)
+    timer = _batch_timer()
+    start = time.perf_counter()
+    model.fit(_keras_data(strategy), steps_per_epoch=1, epochs=1, verbose=0, callbacks=[timer])
+    return timer.took[0], time.perf_counter() - start
+
+
+def _keras_warm_steps(strategies, repeats, steps=10):
+    """{name: median seconds of a warm `fit` step}: one model each, an epoch of `steps`
+    steps each in turn (after one warm-up epoch); the first step of an epoch is left
+    out (it waits on the epoch's new input iterator)."""
+    fits = {}
+    for name, strategy in strategies.items():
+        model, data = _keras_model(strategy), _keras_data(strategy)
+        model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
+        fits[name] = (model, data)
+    took = {name: [] for name in strategies}
+    order = list(strategies)
+    for i in range(repeats):
+        for name in order if i % 2 == 0 else order[::-1]:
+            model, data = fits[name]
+            timer = _batch_timer()
+            model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer])
+            took[name] += timer.took[1:]
+    return {name: statistics.median(t) for name, t in took.items()}
+
+
+def _first_fits(strategies, samples):
+    """{name: [(first step s, first fit s), ...]}, the strategies taken in turn."""
+    firsts = {name: [] for name in strategies}
+    order = list(strategies)
+    for i in range(samples):
+        for name in order if i % 2 == 0 else order[::-1]:
+            firsts[name].append(_keras_first_fit(strategies[name]))
+    return firsts
 
 
 def _variable_free_step(strategy):
@@ -182,6 +267,7 @@ def main(argv=None):
     parser.add_argument("--cold-starts", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--no-eight-hosts", dest="eight_hosts", action="store_false")
+    parser.add_argument("--first-fits", type=int, default=3)
     args = parser.parse_args(argv)
 
     from compat_distribute.testing import set_virtual_devices
@@ -189,6 +275,7 @@ def main(argv=None):
     set_virtual_devices(32)  # hosts=1 needs every core here
     from compat_distribute.testing import FakeTPUClusterResolver
     from compat_distribute.testing import FakeTPUStrategy
+    from compat_distribute.testing import set_trace_mode
 
     both_starts = _cold_starts(POD, args.cold_starts)
     starts = both_starts[True]
@@ -211,6 +298,19 @@ def main(argv=None):
                 )
             pids = pod.pids + ([pod.relay_pid] if pod.relay_pid else [])
             cpu[steps] = _cpu_per_step(calls, pids, steps, args.repeats, timing["number"])
+        # The pod's step traced once (the default) against traced per replica.
+        per_replica = FakeTPUStrategy(pods[0])
+        set_trace_mode(per_replica, "per_replica")
+        compared["train1", "per_replica"] = _common.compare(
+            _training_step(strategies["pod"], 1),
+            _training_step(per_replica, 1),
+            **timing,
+        )
+        # Keras 3 fit: the first step (trace and first run) and warm steps.
+        keras_pair = {"pod": strategies["pod"], "v3-8": strategies["v3-8"]}
+        firsts = _first_fits(keras_pair, args.first_fits)
+        firsts.update(_first_fits({"pod per_replica": per_replica}, 1))
+        warm_fit = _keras_warm_steps(keras_pair, args.repeats)
         free = {name: _variable_free_step(s) for name, s in strategies.items()}
         compared["variable_free", "v3-8"] = _common.compare(free["pod"], free["v3-8"], **timing)
         eight = None
@@ -277,6 +377,41 @@ def main(argv=None):
                 "target": "(reported)",
             }
         )
+    table.append(
+        _common.table_row(
+            "v3-32 pod, training step traced once (one call a host) / traced per replica, "
+            "1 step a call",
+            compared["train1", "per_replica"],
+            "(reported)",
+        )
+    )
+    first_step = {name: statistics.median(s for s, _ in f) for name, f in firsts.items()}
+    first_fit = {name: statistics.median(c for _, c in f) for name, f in firsts.items()}
+    rows["Keras 3 fit first step (s), first fit call (s)"] = firsts
+    rows["Keras 3 fit warm step (s)"] = warm_fit
+    table += [
+        {
+            "measure": "Keras 3 fit, first step (trace and first run) v3-32 pod / v3-8",
+            "value": f"{first_step['pod'] / first_step['v3-8']:.2f} ({first_step['pod']:.2f} s vs "
+            f"{first_step['v3-8']:.2f} s, median of {args.first_fits}; traced per replica "
+            f"{first_step['pod per_replica']:.2f} s)",
+            "target": "<= 3",
+        },
+        {
+            "measure": "Keras 3 fit, first fit call of one step (the step and the input "
+            "iterators) v3-32 pod / v3-8",
+            "value": f"{first_fit['pod'] / first_fit['v3-8']:.2f} ({first_fit['pod']:.2f} s vs "
+            f"{first_fit['v3-8']:.2f} s)",
+            "target": "(reported)",
+        },
+        {
+            "measure": "Keras 3 fit, warm step v3-32 pod / v3-8 (medians of the steps of "
+            "10-step epochs in turn)",
+            "value": f"{warm_fit['pod'] / warm_fit['v3-8']:.2f} ({warm_fit['pod'] * 1e3:.1f} ms "
+            f"vs {warm_fit['v3-8'] * 1e3:.1f} ms)",
+            "target": "<= 4.4",
+        },
+    ]
     table.append(
         _common.table_row(
             "v3-32 pod / v3-8, variable-free step (matmul of constants, scalar all-reduce)",

@@ -74,6 +74,9 @@ INTERNALS = {
     "context_safe": "tensorflow.python.eager.context:context_safe",
     # TF's TPU system calls, whatever name reached them (see _fake_tpu.system).
     "tpu_strategy_util": "tensorflow.python.tpu.tpu_strategy_util",
+    # Fake TPU pods: a host's call in a step, instantiated without Grappler.
+    "context": "tensorflow.python.eager.context:context",
+    "FunctionCallOptions": "tensorflow.python.eager.context:FunctionCallOptions",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -264,6 +267,25 @@ def devices_of_several_hosts_allowed():
         yield
     finally:
         module._is_device_list_single_worker = original
+
+
+@contextlib.contextmanager
+def calls_without_graph_optimizer():
+    """Function calls added to a graph meanwhile are instantiated without TensorFlow's
+    graph optimizer (Grappler): their call ops carry a config saying so."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    context = __getattr__("context")()
+    options = context.function_call_options
+    config = tf.compat.v1.ConfigProto.FromString(options.config_proto_serialized)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    context.function_call_options = __getattr__("FunctionCallOptions")(
+        executor_type=options.executor_type, config_proto=config
+    )
+    try:
+        yield
+    finally:
+        context.function_call_options = options
 
 
 def set_input_workers(extended, host_devices):
