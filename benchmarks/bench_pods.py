@@ -275,7 +275,7 @@ def main(argv=None):
     set_virtual_devices(32)  # hosts=1 needs every core here
     from compat_distribute.testing import FakeTPUClusterResolver
     from compat_distribute.testing import FakeTPUStrategy
-    from compat_distribute.testing import set_trace_mode
+    from compat_distribute.testing._fake_tpu.replicate import set_trace_mode
 
     both_starts = _cold_starts(POD, args.cold_starts)
     starts = both_starts[True]
