@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
 
 from support.leftovers import listening
