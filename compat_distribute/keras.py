@@ -13,20 +13,18 @@ from compat_distribute import _patching
 from compat_distribute import _user_line
 from compat_distribute import _validate
 
+# Public (docs/keras.md). compile_takes_steps_per_run, multi_step_fix_started and
+# tf_keras_version serve the shims and the fake TPU: internal.
 __all__ = (
-    "KERAS_ISSUE",
     "KerasStepsWarning",
     "MultiStepFix",
-    "compile_takes_steps_per_run",
     "keras_compile_kwargs",
     "keras_major_version",
     "multi_step_fix",
-    "multi_step_fix_started",
     "steps_per_execution",
-    "tf_keras_version",
 )
 
-KERAS_ISSUE = "keras-team/keras#19246"
+_KERAS_ISSUE = "keras-team/keras#19246"
 ON_UNSUPPORTED = ("warn", "raise")
 
 
@@ -149,14 +147,14 @@ def _steps_per_execution(strategy, model, on_unsupported):
             f"steps_per_execution needs the model for steps_per_run={steps} on "
             f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas: "
             f"Keras 2 (tf-keras) runs {steps} steps per execution there, Keras 3 "
-            f"cannot ({KERAS_ISSUE}). Pass it: keras_compile_kwargs(strategy, model)."
+            f"cannot ({_KERAS_ISSUE}). Pass it: keras_compile_kwargs(strategy, model)."
         )
     message = (
         f"steps_per_run={steps} cannot become Keras' steps_per_execution on "
         f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas: "
         f"Keras 3 fails in fit() with 'You must feed a value for placeholder "
         f"tensor' when steps_per_execution > 1 on a MirroredStrategy-based strategy "
-        f"with 2 or more replicas ({KERAS_ISSUE})."
+        f"with 2 or more replicas ({_KERAS_ISSUE})."
     )
     remedy = (
         f" To keep steps_per_execution={steps}, start "
@@ -388,7 +386,7 @@ def _collective_keys_of(strategy, default=_NO_KEYS):
         f"multi_step_fix(strategy) fixes a MirroredStrategy-based strategy "
         f"(MirroredStrategy, MultiWorkerMirroredStrategy, the fake TPU); got "
         f"{type(strategy).__name__}, whose all-reduce is no collective of "
-        f"{KERAS_ISSUE}. Pass one of those, or None for every strategy."
+        f"{_KERAS_ISSUE}. Pass one of those, or None for every strategy."
     )
 
 

@@ -80,7 +80,7 @@ INTERNALS = {
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
-# the owner class, or on an instance built with no arguments.
+# the owner (a class or module), or on an instance built with no arguments.
 PROTECTED = (
     (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategy", "_collective_key_base"),
     (f"{_DISTRIBUTE}.collective_all_reduce_strategy:CollectiveAllReduceStrategyV1", "_collective_key_base"),
@@ -102,6 +102,9 @@ PROTECTED = (
     # Fake TPU pods; MirroredExtended's `_input_workers_devices` (set in its
     # __init__) is pinned by its own test.
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_input_workers_with_options"),
+    # What TensorFlow's own TPU system calls run; _fake_tpu/tf_calls.py routes a fake resolver.
+    ("tensorflow.python.tpu.tpu_strategy_util", "initialize_tpu_system_impl"),
+    ("tensorflow.python.tpu.tpu_strategy_util", "shutdown_tpu_system_impl"),
 )
 
 _MIRRORED = f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended"

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from support.steps import replica_ids_summed
 
 from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import fake_tpu
@@ -72,14 +73,7 @@ def test_the_colab_set_up_runs_on_the_fake_without_connecting(env):
         assert tf.config.experimental_connect_to_cluster(tpu.cluster_spec()) is None
         tf.tpu.experimental.initialize_tpu_system(tpu)
         strategy = tf.distribute.TPUStrategy(tpu)
-
-        @tf.function
-        def step():
-            ctx = tf.distribute.get_replica_context()
-            return ctx.all_reduce("SUM", tf.cast(ctx.replica_id_in_sync_group, tf.float32))
-
-        values = strategy.experimental_local_results(strategy.run(step))
-        assert [float(v) for v in values] == [28.0] * 8
+        assert replica_ids_summed(strategy) == [28.0] * 8
         # This process holds no remote device: nothing was connected.
         assert not [d for d in tf.config.list_logical_devices() if "/job:worker" in d.name]
 

@@ -12,10 +12,8 @@ from compat_distribute.testing import FakeTPU
 from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import FakeTPUStrategy
 from compat_distribute.testing import fake_tpu
-from compat_distribute.testing import initialize_tpu_system
-from compat_distribute.testing import shutdown_tpu_system
 
-from fake_tpu_helpers import CPU, values
+from fake_tpu_helpers import CPU
 
 
 def patched_names():

@@ -7,6 +7,7 @@ chooser, `TestCase` (the plugin's settings) and `compat-distribute smoke
 
 import pytest
 import tensorflow as tf
+from support.steps import replica_ids_summed
 
 import compat_distribute
 from compat_distribute.smoke import cli
@@ -29,18 +30,6 @@ def new_row_fixture(monkeypatch):
     return NEW
 
 
-def _replica_ids_summed(strategy):
-    @tf.function
-    def step():
-        def replica():
-            ctx = tf.distribute.get_replica_context()
-            return ctx.all_reduce("SUM", tf.cast(ctx.replica_id_in_sync_group, tf.float32))
-
-        return strategy.run(replica)
-
-    return [float(v) for v in strategy.experimental_local_results(step())]
-
-
 def test_without_the_row_the_name_is_refused():
     assert "v9-4" not in PRESETS
     with pytest.raises(ValueError, match="Unknown TPU topology 'v9-4'; the presets are 'v2-8'"):
@@ -55,7 +44,7 @@ def test_the_resolver_and_fake_tpu_build_the_new_slice(new_row):
     assert (resolver.num_cores, resolver.num_hosts) == (4, 1)
     assert resolver.num_accelerators() == {"TPU": 4}
     strategy = compat_distribute.TPUStrategy(resolver, steps_per_run=2)
-    assert _replica_ids_summed(strategy) == [6.0] * 4
+    assert replica_ids_summed(strategy) == [6.0] * 4
     with fake_tpu("v9-4"):
         tpu = tf.distribute.cluster_resolver.TPUClusterResolver("any-name")
         assert tpu.topology_name == "v9-4"

@@ -2,6 +2,7 @@
 
 import pytest
 import tensorflow as tf
+from support.steps import replica_ids_summed
 
 from compat_distribute.testing import PRESETS
 from compat_distribute.testing import FakeTPUClusterResolver
@@ -34,17 +35,7 @@ def test_preset_builds_a_topology_a_device_assignment_and_runs_a_step(name, chip
     assignment = tf.tpu.experimental.DeviceAssignment.build(topology, num_replicas=cores)
     assert (assignment.num_replicas, assignment.num_cores_per_replica) == (cores, 1)
     strategy = FakeTPUStrategy(resolver, experimental_device_assignment=assignment)
-
-    @tf.function
-    def step():
-        def replica():
-            context = tf.distribute.get_replica_context()
-            return context.all_reduce("SUM", tf.cast(context.replica_id_in_sync_group, tf.float32))
-
-        return strategy.run(replica)
-
-    total = sum(range(cores))
-    assert [t.numpy() for t in strategy.experimental_local_results(step())] == [total] * cores
+    assert replica_ids_summed(strategy) == [sum(range(cores))] * cores
 
 
 def test_every_preset_counts_its_cores():

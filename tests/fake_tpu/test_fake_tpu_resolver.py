@@ -4,7 +4,6 @@
 import pytest
 import tensorflow as tf
 
-import compat_distribute
 from compat_distribute.testing import FakeTPUClusterResolver
 from compat_distribute.testing import FakeTPUStrategy
 from compat_distribute.testing import PRESETS

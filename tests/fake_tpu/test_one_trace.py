@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from compat_distribute.testing import FakeTPUClusterResolver
-from compat_distribute.testing import FakeTPUStrategy
 from compat_distribute.testing._fake_tpu import collectives
 from compat_distribute.testing._fake_tpu import replicate
 

@@ -12,7 +12,6 @@ import math
 import re
 
 import numpy as np
-import pytest
 from test_corpus import on_two_workers
 
 TF_KERAS = {"TF_USE_LEGACY_KERAS": "1"}  # tf.keras is tf-keras, which has TF1's graph mode

@@ -8,12 +8,6 @@ never runs inside the test process.
 """
 
 
-def _task(device):
-    import tensorflow as tf
-
-    return tf.DeviceSpec.from_string(device).task
-
-
 def _as_fake_device(tpu_device):
     """`DeviceAssignment.tpu_device`'s name, for the fake's cores (CPU devices)."""
     return "/job:worker/replica:0" + tpu_device.replace("/device:TPU:", "/device:CPU:")

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
 
 from support.leftovers import listening
@@ -18,6 +17,7 @@ from support.processes import descendants
 from support.processes import running
 from support.processes import wait_for
 from support.processes import wait_gone
+from support.steps import replica_ids_summed
 
 GLOBAL_BATCH = 64
 # Training runs as TPU programs do: several steps a call, in a tf.range loop.
@@ -26,20 +26,6 @@ STEPS_PER_CALL = 10
 LEARNING_RATE = 0.5
 # How long a pod's watchdog may take to see a host or the relay die (scaled).
 WATCHDOG_S = 30.0
-
-
-def _replica_ids_summed(strategy):
-    import tensorflow as tf
-
-    @tf.function
-    def step():
-        def replica():
-            context = tf.distribute.get_replica_context()
-            return context.all_reduce("SUM", tf.cast(context.replica_id_in_sync_group, tf.float32))
-
-        return strategy.run(replica)
-
-    return [float(v) for v in strategy.experimental_local_results(step())]
 
 
 def _one_trace(strategy):
@@ -219,7 +205,7 @@ def pod(checkpoint_dir):
         extended.num_replicas_per_host,
     ]
     out["replica_devices"] = list(extended.worker_devices)
-    out["all_reduce"] = _replica_ids_summed(strategy)
+    out["all_reduce"] = replica_ids_summed(strategy)
     out["traces"], out["host_calls"] = _one_trace(strategy)
     constant_step = _constant_step(strategy)
     out["constant_step"] = constant_step()
@@ -239,7 +225,7 @@ def pod(checkpoint_dir):
         assigned.num_replicas_in_sync,
         assigned.extended.num_hosts,
         list(assigned.extended.worker_devices),
-        _replica_ids_summed(assigned)[0],
+        replica_ids_summed(assigned)[0],
     ]
 
     # One dataset for the whole pod: TensorFlow shards it across the hosts' pipelines.
@@ -272,7 +258,7 @@ def pod(checkpoint_dir):
     # The V1 shim, on a resolver of its own: it shares the fake's hosts.
     v1 = compat_distribute.TPUStrategy(FakeTPUClusterResolver("v3-32"), steps_per_run=4)
     out["v1"] = [v1.num_replicas_in_sync, v1.extended.num_hosts, v1.extended.steps_per_run]
-    out["v1_all_reduce"] = _replica_ids_summed(v1)[0]
+    out["v1_all_reduce"] = replica_ids_summed(v1)[0]
     out["host_pids_after_v1"] = fake.pod.pids
 
     # A host dies: the next step fails, naming it, within the timeout.
@@ -283,7 +269,7 @@ def pod(checkpoint_dir):
     # Steps that touch no variable: one traced before, one traced now.
     out["dead_host_steps"] = [
         _failure(constant_step),
-        _failure(lambda: _replica_ids_summed(strategy)),
+        _failure(lambda: replica_ids_summed(strategy)),
     ]
     try:
         fake.pod.check()
@@ -314,7 +300,7 @@ def pod(checkpoint_dir):
         out["restart"] = [
             sorted(set(restarted) & set(host_pids)),
             len(restarted),
-            _replica_ids_summed(tf.distribute.TPUStrategy(resolver))[0],
+            replica_ids_summed(tf.distribute.TPUStrategy(resolver))[0],
         ]
     out["restart_hosts_alive"] = [p for p in restarted if os.path.exists(f"/proc/{p}")]
     return out
@@ -345,7 +331,7 @@ def one_host(checkpoint):
             extended.num_hosts,
             extended.num_replicas_per_host,
         ]
-        out["all_reduce"] = _replica_ids_summed(strategy)[0]
+        out["all_reduce"] = replica_ids_summed(strategy)[0]
         out["children"] = _descendants()
         contexts = []
         strategy.distribute_datasets_from_function(_dataset_fn(contexts))
@@ -362,7 +348,7 @@ def one_host(checkpoint):
             FakeTPUClusterResolver("v3-32", hosts=1), steps_per_run=4
         )
         out["v1"] = [v1.num_replicas_in_sync, v1.extended.num_hosts, v1.extended.steps_per_run]
-        out["v1_all_reduce"] = _replica_ids_summed(v1)[0]
+        out["v1_all_reduce"] = replica_ids_summed(v1)[0]
     return out
 
 

@@ -84,7 +84,12 @@ print(_tf.MirroredExtended.__name__, compat_distribute.MultiWorkerMirroredStrate
 
 # The privacy rule (docs/design.md): public is what a public module lists in
 # __all__ and a docs page describes; every other module is internal.
-PUBLIC_MODULES = ("compat_distribute", "compat_distribute.testing", "compat_distribute.checkpoint")
+PUBLIC_MODULES = (
+    "compat_distribute",
+    "compat_distribute.checkpoint",
+    "compat_distribute.keras",
+    "compat_distribute.testing",
+)
 
 
 def _docs_text():

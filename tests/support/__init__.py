@@ -4,6 +4,7 @@
     leftovers  what a launch may leave besides processes: temp directories, listening sockets
     programs   run_program / run_python: a test's Python program, forked warm or fresh
     forkrun    the warm interpreter that forks those programs
+    steps      replica_ids_summed: one traced step's all-reduce of the replica ids
 
 `tests/` is on sys.path in a session (pytest puts the folder of the root
 conftest.py there); a program a test starts gets it through PYTHONPATH

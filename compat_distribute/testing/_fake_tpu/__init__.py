@@ -12,7 +12,7 @@ __getattr__, __dir__, _LAZY = _lazy.attach(
     __name__,
     {
         "compat_distribute.testing._fake_tpu.patch": ("FakeTPU", "fake_tpu"),
-        "compat_distribute.testing._fake_tpu.resolver": ("FakeTPUClusterResolver",),
+        "compat_distribute.testing._fake_tpu.tf_calls": ("FakeTPUClusterResolver",),
         "compat_distribute.testing._fake_tpu.system": (
             "initialize_tpu_system",
             "shutdown_tpu_system",

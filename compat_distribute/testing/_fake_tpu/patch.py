@@ -8,6 +8,7 @@ from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
 from compat_distribute.testing._fake_tpu import strategy as strategy_lib
 from compat_distribute.testing._fake_tpu import system
+from compat_distribute.testing._fake_tpu import tf_calls
 from compat_distribute.testing._fake_tpu import topologies
 
 
@@ -143,7 +144,7 @@ class FakeTPU:
             self._pod.start()  # Before the patch: a failed start leaves nothing routed.
         self._patch.start()
         system.activate(self)
-        system.take_fake_resolvers()  # names of TF's TPU calls bound before start()
+        tf_calls.take_fake_resolvers()  # names of TF's TPU calls bound before start()
         return self
 
     def stop(self):

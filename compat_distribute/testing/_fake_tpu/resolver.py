@@ -14,6 +14,10 @@ from compat_distribute.testing._fake_tpu import topologies
 
 JOB = "worker"
 
+# Called as each resolver is made. tf_calls, which imports this module, adds the
+# one that lets TensorFlow's own TPU calls take a fake resolver.
+ON_CREATE = []
+
 def check_config(topology, mesh_shape, strict, device_type):
     """`(name, mesh)` of a fake TPU's arguments; raises before any state changes."""
     name_and_mesh = topologies.resolve(topology, mesh_shape)
@@ -81,9 +85,8 @@ class FakeTPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
             self.pod = pod_lib.shared(self._topology_name) or pod
             self._core_devices = self.pod.core_devices
         self._tpu = f"fake-{self._topology_name}"  # TF's initialize_tpu_system keys on this.
-        from compat_distribute.testing._fake_tpu import system  # pylint: disable=g-import-not-at-top
-
-        system.take_fake_resolvers()  # TensorFlow's own TPU calls take this resolver too
+        for hook in ON_CREATE:
+            hook()
         self.task_type = job_name
         self.task_id = 0
         self._tpu_topology = None  # The serialized proto, once initialized (as in TF).

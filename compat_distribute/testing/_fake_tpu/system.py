@@ -1,7 +1,7 @@
 """The fake TPU's system calls, and the fakes in force.
 
-`initialize_tpu_system` / `shutdown_tpu_system`, the connect calls, TF1 sessions
-inside `fake_tpu()`, and TensorFlow's own TPU calls given a fake resolver.
+`initialize_tpu_system` / `shutdown_tpu_system`, the connect calls, and TF1
+sessions inside `fake_tpu()`.
 """
 
 import functools
@@ -85,72 +85,6 @@ def shutdown_tpu_system(cluster_resolver=None):
     resolver = fake_resolver("cluster_resolver", cluster_resolver)
     resolver._tpu_topology = None  # pylint: disable=protected-access
     _INITIALIZED.discard(resolver._tpu)  # pylint: disable=protected-access
-
-
-def _fake_or_default(resolver):
-    """Whether TensorFlow's own TPU code given `resolver` is meant for a fake."""
-    return is_fake(resolver) or (resolver is None and bool(ACTIVE))
-
-
-def _taking_fakes(tf_call, fake_call):
-    """TensorFlow's TPU system call `tf_call(cluster_resolver, tpu_cluster_resolver_cls)`,
-    with `fake_call` for a fake resolver (or none, inside `fake_tpu()`)."""
-
-    @functools.wraps(tf_call)
-    def call(cluster_resolver, tpu_cluster_resolver_cls):
-        if _fake_or_default(cluster_resolver):
-            return fake_call(cluster_resolver)
-        return tf_call(cluster_resolver, tpu_cluster_resolver_cls)
-
-    return call
-
-
-def _strategy_for(fake_class):
-    """A `forwarding_new` target: `fake_class` for a fake resolver (or none, inside
-    `fake_tpu()`), else TensorFlow's class."""
-    return lambda tpu_cluster_resolver=None, *a, **k: (
-        fake_class if _fake_or_default(tpu_cluster_resolver) else None
-    )
-
-
-_TAKING_FAKES = []  # The patch, once started: it stays.
-
-
-def take_fake_resolvers():
-    """Makes TensorFlow's own TPU entry points take a fake resolver, for good.
-
-    Outside `fake_tpu()`, or through names bound before it, a fake resolver
-    reaches TensorFlow's own `initialize_tpu_system` (an AssertionError with
-    no text) and TPUStrategy classes (an IndexError): from the first fake
-    resolver on, those calls initialise the fake and build its strategies.
-    Any other resolver gets TensorFlow's own. Idempotent.
-    """
-    if _TAKING_FAKES:
-        return
-    # pylint: disable=g-import-not-at-top
-    from compat_distribute import _patching
-    from compat_distribute import tpu as tpu_shim
-    from compat_distribute.testing._fake_tpu import strategy as strategy_lib
-
-    util = _tf.tpu_strategy_util
-    routes = [
-        (util, "initialize_tpu_system_impl",
-         _taking_fakes(_patching.original(util, "initialize_tpu_system_impl"), initialize_tpu_system)),
-        (util, "shutdown_tpu_system_impl",
-         _taking_fakes(_patching.original(util, "shutdown_tpu_system_impl"), shutdown_tpu_system)),
-    ]
-    strategies = (
-        ("distribute", strategy_lib.FakeTPUStrategy),
-        ("distribute.experimental", strategy_lib.ExperimentalFakeTPUStrategy),
-        ("compat.v1.distribute.experimental", tpu_shim.TPUStrategy),  # TF1's signature
-    )
-    for path, fake_class in strategies:
-        tf_class = _patching.original(path, "TPUStrategy")
-        routes.append(
-            (tf_class, "__new__", _patching.forwarding_new(tf_class, _strategy_for(fake_class)))
-        )
-    # Below fake_tpu()'s routes, which build what a name shows inside it.
-    _TAKING_FAKES.append(_patching.Patch(routes, precedence=-1).start())
 
 
 def connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs):
