@@ -130,6 +130,30 @@ def fresh_sample(script, args, timeout_s):
     return json.loads(lines[-1])
 
 
+def kind_and_replicas_main(description, sample, main, *, repeats, replicas):
+    """The command line of a benchmark whose samples are (kind, replica count) runs in
+    fresh processes: `--repeats` and `--replicas` for `main(repeats, counts)`, and
+    the child's `--sample KIND REPLICAS`, which prints `sample(kind, count)` as JSON."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--replicas", default=replicas)
+    parser.add_argument("--sample", nargs=2, metavar=("KIND", "REPLICAS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.sample:
+        print(json.dumps(sample(args.sample[0], int(args.sample[1]))), flush=True)
+        from compat_distribute import _exit
+
+        _exit.end_process(0)
+    counts = [int(c) for c in args.replicas.split(",")]
+    if args.repeats < 1 or args.repeats > 20:
+        parser.error(f"--repeats must be 1 to 20; got {args.repeats}")
+    if not counts or any(c < 2 or c % 2 or c > 256 for c in counts):
+        parser.error(f"--replicas must be even counts from 2 to 256; got {args.replicas}")
+    main(args.repeats, counts)
+
+
 def table_row(measure, result, target=""):
     """A README row for a compare() result: the ratio and both absolute times."""
     spread = (

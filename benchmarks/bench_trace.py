@@ -12,8 +12,6 @@ was traced. Figures are min / median / max over the repeats.
     PYTHONPATH=. python benchmarks/bench_trace.py [--repeats 3] [--replicas 8,32,128]
 """
 
-import argparse
-import json
 import os
 import sys
 
@@ -35,7 +33,6 @@ def sample(kind, replicas):
 
     devices.set_virtual_devices(replicas)
 
-    import keras
     import tensorflow as tf
 
     from compat_distribute import testing
@@ -47,6 +44,23 @@ def sample(kind, replicas):
         resolver = testing.FakeTPUClusterResolver(mesh_shape=(replicas // 2, 1, 1, 2))
         strategy = testing.FakeTPUStrategy(resolver)
         replicate.set_trace_mode(strategy, kind)
+    train, traces = training_step(strategy, replicas)
+    first_call, warm_step, first_loss, loss = _common.first_and_warm(train, WARM_CALLS)
+    assert loss < first_loss, (first_loss, loss)
+    return {
+        "first_call_s": first_call,
+        "warm_step_s": warm_step,
+        "body_traces": len(traces),
+        "last_loss": loss,
+    }
+
+
+def training_step(strategy, replicas):
+    """The benchmarks' Keras training step on `strategy`: a no-argument callable
+    returning the loss, and a list that grows by one at each trace of its body."""
+    import keras
+    import tensorflow as tf
+
     keras.utils.set_random_seed(0)  # the same weights in every kind: losses compare
     with strategy.scope():
         model = keras.Sequential(
@@ -70,14 +84,7 @@ def sample(kind, replicas):
     def train(x, y):
         return strategy.reduce("SUM", strategy.run(step, args=(x, y)), axis=None)
 
-    first_call, warm_step, first_loss, loss = _common.first_and_warm(lambda: train(xs, ys), WARM_CALLS)
-    assert loss < first_loss, (first_loss, loss)
-    return {
-        "first_call_s": first_call,
-        "warm_step_s": warm_step,
-        "body_traces": len(traces),
-        "last_loss": loss,
-    }
+    return lambda: train(xs, ys), traces
 
 
 def run_sample(kind, replicas):
@@ -130,20 +137,6 @@ def main(repeats, replica_counts):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--replicas", default="8,32,128")
-    parser.add_argument("--sample", nargs=2, metavar=("KIND", "REPLICAS"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.sample:
-        kind, count = args.sample[0], int(args.sample[1])
-        print(json.dumps(sample(kind, count)), flush=True)
-        from compat_distribute import _exit
-
-        _exit.end_process(0)
-    counts = [int(c) for c in args.replicas.split(",")]
-    if args.repeats < 1 or args.repeats > 20:
-        parser.error(f"--repeats must be 1 to 20; got {args.repeats}")
-    if not counts or any(c < 2 or c % 2 or c > 256 for c in counts):
-        parser.error(f"--replicas must be even counts from 2 to 256; got {args.replicas}")
-    main(args.repeats, counts)
+    _common.kind_and_replicas_main(
+        __doc__.splitlines()[0], sample, main, repeats=3, replicas="8,32,128"
+    )

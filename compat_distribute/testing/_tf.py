@@ -272,16 +272,28 @@ def devices_of_several_hosts_allowed():
         module._is_device_list_single_worker = original
 
 
+def without_graph_optimizer(config):
+    """A copy of ConfigProto `config` with TensorFlow's graph optimizer (Grappler)
+    off, unless `config` sets any of its options (as
+    tf.config.optimizer.set_experimental_options does): then `config` unchanged,
+    the user's choice."""
+    config = type(config).FromString(config.SerializeToString())
+    rewrite_options = config.graph_options.rewrite_options
+    if not rewrite_options.ListFields():
+        rewrite_options.disable_meta_optimizer = True
+    return config
+
+
 @contextlib.contextmanager
 def calls_without_graph_optimizer():
     """Function calls added to a graph meanwhile are instantiated without TensorFlow's
-    graph optimizer (Grappler): their call ops carry a config saying so."""
+    graph optimizer (Grappler), unless the user set its options: their call ops
+    carry a config saying so (`without_graph_optimizer`)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     context = __getattr__("context")()
     options = context.function_call_options
-    config = tf.compat.v1.ConfigProto.FromString(options.config_proto_serialized)
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config = without_graph_optimizer(tf.compat.v1.ConfigProto.FromString(options.config_proto_serialized))
     context.function_call_options = __getattr__("FunctionCallOptions")(
         executor_type=options.executor_type, config_proto=config
     )

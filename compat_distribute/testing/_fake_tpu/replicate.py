@@ -422,7 +422,7 @@ def replicate(extended, fn, args, kwargs):
             # outputs go from the host's call to its cores within the host.
             outputs = pod_replicate.call_by_host(devices, call_replica, inputs, _side_by_side)
         else:
-            outputs = tf.function(replicated, autograph=False)(inputs)
+            outputs = call_in_step(replicated, inputs)
     finally:
         concrete.set_external_captures(captures[0])
     # Each replica's outputs on its device, as on a TPU (the call's own outputs
@@ -431,6 +431,13 @@ def replicate(extended, fn, args, kwargs):
         with tf.device(device):
             outputs[r] = tf.nest.map_structure(_on_this_device, outputs[r])
     return _tf.regroup(tuple(outputs))
+
+
+def call_in_step(replicated, inputs):
+    """`replicated(inputs)`, called in the step's function: TensorFlow inlines the
+    replicas' calls into it and optimises them with the step at its first run
+    (docs/design.md says why this beats a call without Grappler, or tiers)."""
+    return tf.function(replicated, autograph=False)(inputs)
 
 
 def _side_by_side(graph, start):
