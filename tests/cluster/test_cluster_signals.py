@@ -121,14 +121,14 @@ import pytest
 from compat_distribute.testing import cluster
 
 
-def task():
-    return cluster.current_task()
+def replicas():  # Building the strategy starts each task's gRPC server.
+    return cluster.worker_strategy().num_replicas_in_sync
 
 
 @pytest.mark.multi_worker(2)
 @pytest.mark.parametrize("index", range({tests}))
 def test_holds_a_cluster(local_cluster, index):
-    assert local_cluster.run(task) == [("worker", 0), ("worker", 1)]
+    assert local_cluster.run(replicas) == [2, 2]
     ready = os.path.join(os.environ["READY_DIR"], str(index))
     ports = [int(a.rsplit(":", 1)[1]) for a in local_cluster.cluster_spec["worker"]]
     with open(ready + ".tmp", "w") as f:
