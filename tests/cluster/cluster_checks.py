@@ -9,6 +9,7 @@ from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import launcher
 from compat_distribute.testing.cluster import netns
 from support.leftovers import cluster_dirs, listening  # noqa: F401  # the cluster tests' names
+from support.processes import children_by_parent
 from support.processes import descendants, running, wait_for, wait_gone  # noqa: F401
 
 HOST_NETWORK = os.readlink("/proc/self/ns/net")
@@ -20,7 +21,7 @@ def network_namespace_users(namespace):
     processes are this one's descendants and orphans (a task that outlived its
     parent): the kernel reuses a freed namespace's inode number, maybe for
     another program's namespace on a shared machine."""
-    ours = descendants() | set(_children_by_parent().get(1, ()))
+    ours = descendants() | set(children_by_parent().get(1, ()))
     users = []
     for pid in sorted(ours):
         try:

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -318,6 +319,15 @@ def raise_on_worker_1_once(marker):
 def sleep_then_task(seconds):
     time.sleep(seconds)
     return cluster.current_task()
+
+
+def answer_then_die_on_worker_1(seconds):
+    """Worker 1 answers at once and is killed 0.5 s later; worker 0 sleeps `seconds`."""
+    if cluster.current_task() == ("worker", 1):
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        return "answered"
+    time.sleep(seconds)
+    return "slept"
 
 
 def exit_on_chief(code):

@@ -112,6 +112,23 @@ def test_the_watcher_names_a_task_that_died_between_runs(pair, capfd):
 
 
 @pytest.mark.multi_worker(2)
+def test_a_task_that_answered_and_then_died_fails_the_call_at_once(pair):
+    pair.start()
+    pids = pair.pids
+    start = time.monotonic()
+    with pytest.raises(ClusterTaskError) as raised:
+        pair.run(tasks.answer_then_die_on_worker_1, 30)
+    # Noticed while worker 0 still sleeps, not at its end (30 s) or the timeout (60 s).
+    assert time.monotonic() - start < 10
+    assert (raised.value.task_type, raised.value.task_id, raised.value.exitcode) == ("worker", 1, -9)
+    assert str(raised.value).startswith(
+        "local_cluster: worker 1 was killed by SIGKILL during "
+        "run(cluster_tasks:answer_then_die_on_worker_1). The cluster was torn down."
+    )
+    assert_no_leaks(pids)
+
+
+@pytest.mark.multi_worker(2)
 def test_a_task_killed_just_before_a_run_is_named_not_a_broken_pipe(pair):
     pair.start()
     pids = pair.pids

@@ -48,6 +48,23 @@ def test_a_failing_test_fails_alone_and_each_test_gets_the_size_it_asks_for(pyte
         @pytest.mark.multi_worker(4)
         def test_four_workers(local_cluster):
             assert local_cluster.run(task) == [("worker", i) for i in range(4)]
+            assert len(set(local_cluster.pids)) == 4
+
+
+        PIDS = []
+
+
+        @pytest.mark.multi_worker(2)
+        def test_catches_a_tasks_error(local_cluster):
+            PIDS.extend(local_cluster.pids)
+            with pytest.raises(ValueError, match="worker 1 raised ValueError: broken on purpose"):
+                local_cluster.run(fail_in_worker_1)
+
+
+        @pytest.mark.multi_worker(2)
+        def test_passes_after_the_caught_error(local_cluster):
+            assert set(local_cluster.pids).isdisjoint(PIDS)
+            assert local_cluster.run(task) == [("worker", 0), ("worker", 1)]
 
 
         @pytest.mark.multi_worker(1, has_chief=True, ps=1)
@@ -60,7 +77,7 @@ def test_a_failing_test_fails_alone_and_each_test_gets_the_size_it_asks_for(pyte
         """,
         "-v",
     )
-    result.assert_outcomes(failed=1, passed=4)
+    result.assert_outcomes(failed=1, passed=6)
     result.stdout.fnmatch_lines(
         [
             "*test_fails FAILED*",

@@ -4,10 +4,12 @@ behaviours of MultiWorkerMirroredStrategy across two real workers.
 Two module-scoped clusters serve every test here; the last test tears one down.
 """
 
+import gc
 import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -207,6 +209,44 @@ def test_private_network_hides_the_servers_from_this_process(pair):
         host, port = address.rsplit(":", 1)
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((host, int(port)), timeout=5)
+
+
+@pytest.mark.multi_worker(2)
+def test_a_ctrl_c_that_a_finalizer_drops_still_ends_the_run(with_chief, monkeypatch):
+    # Python runs the SIGINT handler in whatever the main thread runs next; in a
+    # finalizer (here a gc callback) the KeyboardInterrupt is dropped.
+    with_chief.start()
+    pids = with_chief.pids
+    main = threading.get_ident()
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: dropped.append(unraisable.exc_type))
+    interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)
+    sent = []
+
+    def ctrl_c_inside_gc(phase, info):
+        del info
+        if phase == "start" and not sent and threading.get_ident() == main:
+            if time.monotonic() - start > 1.0:
+                sent.append(time.monotonic())
+                signal.pthread_kill(main, signal.SIGINT)
+                for _ in range(100):  # The handler runs in this loop, and raises here.
+                    pass
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(ctrl_c_inside_gc)
+    gc.set_threshold(1)  # A collection at (almost) every allocation.
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with_chief.run(tasks.sleep_forever)
+    finally:
+        gc.callbacks.remove(ctrl_c_inside_gc)
+        gc.set_threshold(*threshold)
+        signal.signal(signal.SIGINT, interrupt)
+    assert len(sent) == 1 and dropped == [KeyboardInterrupt]
+    assert time.monotonic() - sent[0] < 2.0
+    assert not with_chief.running
+    assert_no_leaks(pids)
 
 
 @pytest.mark.multi_worker(2)

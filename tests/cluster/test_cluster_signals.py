@@ -1,8 +1,9 @@
 """Signals: a SIGTERM ends a task at once also after TensorFlow's strategy
 took the signal; a Ctrl-C ends a program whose strategy waits for a missing
-peer; a SIGTERM to a pytest session (plain or xdist) leaves no process and no
-cluster directory."""
+peer; a SIGTERM to a pytest session (plain or xdist) leaves no process, no
+cluster directory and no listening port."""
 
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 import cluster_tasks as tasks
 import pytest
 from cluster_checks import descendants
+from cluster_checks import listening
 from cluster_checks import wait_for
 from cluster_checks import wait_gone
 
@@ -114,22 +116,23 @@ def test_a_program_whose_strategy_waits_for_a_missing_peer_ends_on_ctrl_c(tmp_pa
 
 
 _HOLDS_A_CLUSTER = """\
-import os, time
+import json, os, time
 import pytest
 from compat_distribute.testing import cluster
 
 
-def task():
-    return cluster.current_task()
+def replicas():  # Building the strategy starts each task's gRPC server.
+    return cluster.worker_strategy().num_replicas_in_sync
 
 
 @pytest.mark.multi_worker(2)
 @pytest.mark.parametrize("index", range({tests}))
 def test_holds_a_cluster(local_cluster, index):
-    assert local_cluster.run(task) == [("worker", 0), ("worker", 1)]
+    assert local_cluster.run(replicas) == [2, 2]
     ready = os.path.join(os.environ["READY_DIR"], str(index))
+    ports = [int(a.rsplit(":", 1)[1]) for a in local_cluster.cluster_spec["worker"]]
     with open(ready + ".tmp", "w") as f:
-        f.write(local_cluster.directory)
+        json.dump([local_cluster.directory, local_cluster.pids[0], ports], f)
     os.rename(ready + ".tmp", ready)
     time.sleep(300)
 """
@@ -154,8 +157,12 @@ def test_a_sigterm_to_a_pytest_session_leaves_no_process_and_no_directory(tmp_pa
     )
     try:
         assert wait_for(lambda: len(os.listdir(ready)) == tests, 240), os.listdir(ready)
-        directories = [(ready / name).read_text() for name in os.listdir(ready)]
+        held = [json.loads((ready / name).read_text()) for name in os.listdir(ready)]
+        directories = [directory for directory, _, _ in held]
         assert all(os.path.isdir(d) for d in directories)
+        # Each cluster's gRPC servers listen, seen from inside its network.
+        ports = {port for _, _, cluster_ports in held for port in cluster_ports}
+        assert {port for _, pid, _ in held for port in listening(ports, pid)} == ports
         tree = descendants(session.pid) | {session.pid}
         assert len(tree) >= 1 + tests * 3  # The session, and per cluster 2 tasks and a zygote.
         start = time.monotonic()
@@ -170,3 +177,4 @@ def test_a_sigterm_to_a_pytest_session_leaves_no_process_and_no_directory(tmp_pa
     assert elapsed < 10.0, elapsed
     assert not any(os.path.exists(d) for d in directories)
     assert [n for n in os.listdir(temp) if n.startswith("local_cluster-")] == []
+    assert listening(ports) == {}

@@ -247,6 +247,22 @@ def test_reduce_says_which_reduce_ops_it_takes(strategy, reduce_op, error, text)
             "del os.environ['TF_CONFIG']) to run one worker on its own.",
         ),
         (" \n ", "TF_CONFIG is set but empty (' \\n '); it must hold a JSON object such as"),
+        # TensorFlow takes these and then waits, or binds a port twice.
+        (
+            '{"cluster": {"worker": ["localhost:1", "localhost:1"]}}',
+            "TF_CONFIG['cluster']['worker'][1] is 'localhost:1', the address of "
+            "TF_CONFIG['cluster']['worker'][0] too; each task needs an address of its own",
+        ),
+        (
+            '{"cluster": {"chief": ["localhost:1", "localhost:2"]}}',
+            "TF_CONFIG['cluster']['chief'] must hold one address: a cluster has one chief at most; "
+            "got 2 ('localhost:1', 'localhost:2'). Name the others' job 'worker'.",
+        ),
+        (
+            '{"cluster": {"worker": ["localhost:1"]}, "rpc_layer": "http"}',
+            "TF_CONFIG['rpc_layer'] must be 'grpc', the RPC layer TensorFlow's servers speak; got "
+            "'http'. Write \"rpc_layer\": \"grpc\", or leave it out.",
+        ),
     ],
 )
 def test_a_bad_tf_config_is_refused_before_tf_is_touched(monkeypatch, tf_config, text):

@@ -11,12 +11,13 @@ def cluster_dirs(directory=None):
     return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.startswith(mine))
 
 
-def listening(ports):
+def listening(ports, pid="self"):
     """{port: [local address, ...]} of the TCP sockets listening on `ports` in
-    this process's network namespace: what the machine's interfaces offer."""
+    the network namespace of process `pid` (default: this one's, which is
+    what the machine's interfaces offer)."""
     found = {}
     for table in ("tcp", "tcp6"):
-        with open(f"/proc/self/net/{table}") as f:
+        with open(f"/proc/{pid}/net/{table}") as f:
             for line in list(f)[1:]:
                 fields = line.split()
                 address, port = fields[1].split(":")

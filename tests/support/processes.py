@@ -19,7 +19,8 @@ def running(pid):
         return False
 
 
-def _children_by_parent():
+def children_by_parent():
+    """{parent pid: [child pids]} of every process in /proc."""
     children = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -38,7 +39,7 @@ def descendants(pid=None):
     """The descendants of `pid` (default: this process), but the session's warm
     interpreters that fork the tests' programs (see `forkrun`), which live as
     long as the session."""
-    children = _children_by_parent()
+    children = children_by_parent()
     forkrun = sys.modules.get("support.forkrun")  # Not loaded in the tests' own programs.
     warm = forkrun.WarmPython.running if forkrun is not None else set()
     found, todo = set(), [pid or os.getpid()]

@@ -9,12 +9,15 @@ fault. Restarts wait `RESTART_SETTLE_S` for the tasks that end together, then
 start them in task order; a restarted target gets the call again. After the first fault the
 other targets get `FAILURE_GRACE_S` to answer, since collectives wait for
 every task; then the call fails with the task that died first named first.
+A Ctrl-C always ends the call (`_CtrlC`).
 """
 
 from __future__ import annotations
 
 import collections
 import pickle
+import signal
+import threading
 import time
 from multiprocessing import connection as mp_connection
 
@@ -59,9 +62,14 @@ def collect(cluster, targets, call_bytes, call_id, timeout):
     code, may_restart)` -> "restart", "down", "ended" or "fault", `restart(task,
     why)` -> the new task, `may_restart_after_raise()` and `job_ended`.
     """
-    call = _Call(cluster, targets, call_bytes, call_id)
+    with _CtrlC() as ctrl_c:
+        return _collect(_Call(cluster, targets, call_bytes, call_id), timeout, ctrl_c)
+
+
+def _collect(call, timeout, ctrl_c):
     deadline = time.monotonic() + deadlines.scaled(timeout)
     while call.pending or call.queued:
+        ctrl_c.check()
         remaining = deadline - time.monotonic()
         if call.failed_at is not None:
             remaining = min(remaining, call.failed_at + FAILURE_GRACE_S - time.monotonic())
@@ -74,8 +82,40 @@ def collect(cluster, targets, call_bytes, call_id, timeout):
             time.sleep(min(wait, 0.01))  # Only restarts are due.
         call.notice_deaths()
         call.restart_due()
+    ctrl_c.check()
     call.outcome.pending = call.pending + [task for task, _, _ in call.queued]
     return call.outcome
+
+
+class _CtrlC:
+    """While a call runs in the main thread under Python's own SIGINT handler:
+    a SIGINT raises KeyboardInterrupt, as ever, and is also remembered, and
+    `check` raises it again. Python runs a signal's handler in whatever code
+    the main thread runs at that moment; where that is a finalizer (a
+    `__del__`, a weakref or gc callback), the KeyboardInterrupt is printed as
+    "Exception ignored" and dropped, and the call would go on to its timeout."""
+
+    def __init__(self):
+        self.pressed = False
+        self._replaced = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                self._replaced = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._replaced is not None:
+            signal.signal(signal.SIGINT, self._replaced)
+
+    def _on_sigint(self, signum, frame):
+        self.pressed = True
+        signal.default_int_handler(signum, frame)
+
+    def check(self):
+        if self.pressed:
+            raise KeyboardInterrupt
 
 
 class _Call:
