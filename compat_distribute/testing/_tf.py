@@ -50,7 +50,6 @@ INTERNALS = {
     # Variables made in the one trace: their initial values lifted out of it, as tf.function does.
     "lift_to_graph": "tensorflow.python.eager.lift_to_graph:lift_to_graph",
     "UnliftableError": "tensorflow.python.ops.op_selector:UnliftableError",
-    "regroup": f"{_DISTRIBUTE}.distribute_utils:regroup",
     # XLA check
     "get_all_registered_kernels": "tensorflow.python.framework.kernels:get_all_registered_kernels",
     # Outside compilation in a fake TPU step: TF's implementation is routed to
