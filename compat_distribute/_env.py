@@ -198,6 +198,16 @@ VARIABLES = (
         "fake-tpu.md",
     ),
     Variable(
+        "COMPAT_DISTRIBUTE_FAKE_TPU_GRAPPLER",
+        Choice(("auto", "on")),
+        "auto",
+        "auto",
+        "chooses whether fake_tpu() switches TensorFlow's graph optimizer (Grappler) off "
+        "while it is started, where the user set none of its options (auto), or leaves it "
+        "on (on); it costs a step's first call much at many cores",
+        "fake-tpu.md",
+    ),
+    Variable(
         "COMPAT_DISTRIBUTE_POD_NETWORK",
         Choice(("auto", "private", "host")),
         "auto",
