@@ -136,6 +136,7 @@ def _figures(samples):
 
 
 def main(repeats, replica_counts, kinds=KINDS, name="first_call"):
+    """Writes results/<name>.json: each of `kinds` against the first."""
     rows, table = {}, []
     for replicas in replica_counts:
         samples = {kind: [] for kind in kinds}
@@ -145,7 +146,8 @@ def main(repeats, replica_counts, kinds=KINDS, name="first_call"):
                 samples[kind].append(run_sample(kind, replicas))
                 got = samples[kind][-1]
                 print(f"  {kind} x{replicas}: first {got['wall_s'][0]:.2f} s "
-                      f"(CPU {got['cpu_s'][0]:.2f} s)", flush=True)
+                      f"(CPU {got['cpu_s'][0]:.2f} s), warm "
+                      f"{statistics.median(got['cpu_s'][WARM_FROM:]) * 1e3:.1f} ms CPU", flush=True)
         base = _figures(samples["inlined"])
         rows[f"inlined x{replicas}"] = base
         for kind in kinds[1:]:
