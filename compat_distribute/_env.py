@@ -203,8 +203,8 @@ VARIABLES = (
         "auto",
         "auto",
         "chooses whether fake_tpu() switches TensorFlow's graph optimizer (Grappler) off "
-        "while it is started, where the user set none of its options (auto), or leaves it "
-        "on (on); it costs a step's first call much at many cores",
+        "while started, where the process set none of its options (auto), or leaves it on "
+        "(on); optimising a step's copy per core is most of its first call",
         "fake-tpu.md",
     ),
     Variable(
