@@ -1,12 +1,14 @@
 """The first calls of a one-trace step with Grappler's options set for the process.
 
 bench_first_call's step and figures; the kinds: the fake's inlined call with
-Grappler's defaults, with the meta optimizer off ("grappler off", as `fake_tpu()`
-sets it), and with only the costly passes the options reach off
-("costly passes off"; bench_first_call.PROCESS_OPTIONS). Then a Keras 3 `fit`
-in `fake_tpu("v3-8")`, COMPAT_DISTRIBUTE_FAKE_TPU_GRAPPLER=on against auto
-(Grappler off): its first epoch and its second (fresh processes, alternating;
-results/fit_grappler.json).
+Grappler's defaults, with the meta optimizer off ("grappler off", as
+`tf.config.optimizer.set_experimental_options` sets it), and with only the
+costly passes the options reach off ("costly passes off";
+bench_first_call.PROCESS_OPTIONS). Then a Keras 3 `fit` in `fake_tpu("v3-8")`,
+Grappler's defaults ("fit on") against the meta optimizer off from the fake's
+start ("fit auto"): its first epoch and its second (fresh processes,
+alternating; results/fit_grappler.json). The fake adopts neither (docs/design.md,
+"The first call").
 
     PYTHONPATH=. python benchmarks/bench_first_call_grappler.py [--repeats 3] [--replicas 8,32]
 """
@@ -22,14 +24,13 @@ import _common  # pylint: disable=wrong-import-position
 import bench_first_call  # pylint: disable=wrong-import-position
 
 KINDS = ("inlined", *bench_first_call.PROCESS_OPTIONS)
-FIT_KINDS = ("fit on", "fit auto")  # the setting's value after "fit "
+FIT_KINDS = ("fit on", "fit auto")  # "auto": Grappler off where the process set no option
 FIT_BATCHES = 16  # per epoch
 SAMPLE_TIMEOUT_S = 900
 
 
-def fit_sample(setting):
+def fit_sample(grappler):
     """Two epochs of a Keras 3 fit in fake_tpu("v3-8"): each epoch's wall and CPU seconds."""
-    os.environ["COMPAT_DISTRIBUTE_FAKE_TPU_GRAPPLER"] = setting
     from compat_distribute.testing import devices
 
     devices.set_virtual_devices(8)
@@ -57,6 +58,10 @@ def fit_sample(setting):
     y = rng.rand(FIT_BATCHES * 64, 1).astype("float32")
     times = EpochTimes()
     with fake_tpu("v3-8"):
+        if grappler == "auto":
+            tf.config.optimizer.set_experimental_options(
+                bench_first_call.PROCESS_OPTIONS["grappler off"]
+            )
         strategy = tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver())
         with strategy.scope():
             model = keras.Sequential(

@@ -198,16 +198,6 @@ VARIABLES = (
         "fake-tpu.md",
     ),
     Variable(
-        "COMPAT_DISTRIBUTE_FAKE_TPU_GRAPPLER",
-        Choice(("auto", "on")),
-        "auto",
-        "auto",
-        "chooses whether fake_tpu() switches TensorFlow's graph optimizer (Grappler) off "
-        "while started, where the process set none of its options (auto), or leaves it on "
-        "(on); optimising a step's copy per core is most of its first call",
-        "fake-tpu.md",
-    ),
-    Variable(
         "COMPAT_DISTRIBUTE_POD_NETWORK",
         Choice(("auto", "private", "host")),
         "auto",

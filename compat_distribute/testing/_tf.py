@@ -303,33 +303,6 @@ def calls_without_graph_optimizer():
         context.function_call_options = options
 
 
-_NO_GRAPH_OPTIMIZER = {"disable_meta_optimizer": True}  # as tf.config.optimizer sets it
-
-
-def switch_off_graph_optimizer():
-    """Switches TensorFlow's graph optimizer (Grappler) off for the functions this
-    process runs from now on, as `tf.config.optimizer.set_experimental_options`
-    would, unless the user set any of its options there (an option set to its
-    default included) or in the context's config (`without_graph_optimizer`).
-    Returns whether it did; `restore_graph_optimizer` undoes it."""
-    context = __getattr__("context")()
-    config = context.config
-    if context._optimizer_experimental_options or without_graph_optimizer(config) == config:
-        return False
-    context.set_optimizer_experimental_options(dict(_NO_GRAPH_OPTIMIZER))
-    return True
-
-
-def restore_graph_optimizer():
-    """Undoes `switch_off_graph_optimizer`: removes the option it set (an option the
-    user set since stays theirs)."""
-    context = __getattr__("context")()
-    options = context._optimizer_experimental_options
-    if options.get("disable_meta_optimizer") is True:
-        del options["disable_meta_optimizer"]
-    context.function_call_options = None  # rebuilt from the options at the next call
-
-
 def set_input_workers(extended, host_devices):
     """Gives MirroredExtended `extended` one input pipeline per (host CPU, its devices) pair."""
     extended._input_workers_devices = tuple(

@@ -18,7 +18,6 @@ import pytest
 import step_variables_programs as programs
 import tensorflow as tf
 
-from compat_distribute.testing import fake_tpu
 from compat_distribute.testing._fake_tpu import replicate
 
 REPLICAS = 8
@@ -78,21 +77,6 @@ def test_guide_loop_builds_slots_in_the_step_and_trains_as_one_device(once, opti
     fake = programs.guide_loop(once, optimizer)
     one_device = programs.guide_loop(tf.distribute.OneDeviceStrategy("/cpu:0"), optimizer)
     _assert_trains_as_one_device(fake, one_device)
-
-
-@pytest.mark.parametrize("optimizer", programs.OPTIMIZERS)
-def test_guide_loop_in_fake_tpu_without_grappler_trains_as_with_it(once, optimizer):
-    # fake_tpu() switches Grappler off; the values are those of the fake with it on.
-    assert not tf.config.optimizer.get_experimental_options()["disable_meta_optimizer"]
-    with_grappler = programs.guide_loop(once, optimizer)
-    with fake_tpu("v3-8"):
-        assert tf.config.optimizer.get_experimental_options()["disable_meta_optimizer"]
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-tpu")
-        without = programs.guide_loop(tf.distribute.TPUStrategy(resolver), optimizer)
-    one_device = programs.guide_loop(tf.distribute.OneDeviceStrategy("/cpu:0"), optimizer)
-    _assert_trains_as_one_device(without, one_device)
-    assert without["losses"] == with_grappler["losses"]
-    assert without["weights"] == with_grappler["weights"]
 
 
 def _run_programs(run_program, program, env=None):

@@ -36,15 +36,6 @@ def _trace_mode():
     return replicate.mode_from_environment()
 
 
-def _grappler_off_in_fake_tpu():
-    import tensorflow as tf
-
-    from compat_distribute.testing import fake_tpu
-
-    with fake_tpu("v3-8"):
-        return tf.config.optimizer.get_experimental_options()["disable_meta_optimizer"]
-
-
 def _session_end():
     ended = []
     real = _exit.end_process
@@ -68,7 +59,6 @@ READERS = {
     "COMPAT_DISTRIBUTE_FAKE_TPU_HOSTS": (_plugin("fake_tpu_hosts"), "x", ("1", 1)),
     "COMPAT_DISTRIBUTE_FAKE_TPU_STRICT": (_plugin("fake_tpu_strict"), "maybe", ("on", True)),
     "COMPAT_DISTRIBUTE_FAKE_TPU_TRACE": (_trace_mode, "twice", ("per_replica", "per_replica")),
-    "COMPAT_DISTRIBUTE_FAKE_TPU_GRAPPLER": (_grappler_off_in_fake_tpu, "off", ("on", False)),
     "COMPAT_DISTRIBUTE_POD_NETWORK": (_pod_network, "loopback", ("host", "host")),
     "COMPAT_DISTRIBUTE_ZYGOTE": (zygote.wanted, "2", ("0", False)),
     "COMPAT_DISTRIBUTE_TIMEOUT_SCALE": (deadlines.scale, "abc", ("2.5", 2.5)),

@@ -2,19 +2,14 @@
 
 import os
 
-from compat_distribute import _env
 from compat_distribute import _patching
 from compat_distribute import tpu
-from compat_distribute.testing import _tf
 from compat_distribute.testing._fake_tpu import pod as pod_lib
 from compat_distribute.testing._fake_tpu import resolver as resolver_lib
 from compat_distribute.testing._fake_tpu import strategy as strategy_lib
 from compat_distribute.testing._fake_tpu import system
 from compat_distribute.testing._fake_tpu import tf_calls
 from compat_distribute.testing._fake_tpu import topologies
-
-
-GRAPPLER_ENV = "COMPAT_DISTRIBUTE_FAKE_TPU_GRAPPLER"
 
 
 class FakeTPU:
@@ -43,11 +38,6 @@ class FakeTPU:
     A pod preset ("v3-32") starts its hosts, one server process each, in
     `start()`, and stops them in `stop()`; every resolver the fake makes
     shares them. `hosts=1` runs every core of the slice in this process.
-
-    While started, TensorFlow's graph optimizer (Grappler) is off for the
-    process unless the user set its options (`tf.config.optimizer`), or
-    `COMPAT_DISTRIBUTE_FAKE_TPU_GRAPPLER=on`: a step's first call optimises
-    a copy of the step per core (docs/fake-tpu.md, "Grappler").
     """
 
     def __init__(
@@ -71,7 +61,6 @@ class FakeTPU:
             hosts=hosts,
         )
         self._owns_pod = True  # False for a pod shared with a resolver (see `of`)
-        self._switched_off_grappler = False
         self._addresses = set()  # "host:port" its resolvers answer as (Cloud-like)
         self._resolver_class = _resolver_class(self)
         # Classes bound before start() (TF's TPUClusterResolver) build the fake's.
@@ -151,14 +140,11 @@ class FakeTPU:
     def start(self):
         if self.active:
             self._patch.start()  # raises: started twice
-        grappler = _env.read(GRAPPLER_ENV)  # a bad value fails before anything starts
         if self._pod is not None:
             self._pod.start()  # Before the patch: a failed start leaves nothing routed.
         self._patch.start()
         system.activate(self)
         tf_calls.take_fake_resolvers()  # names of TF's TPU calls bound before start()
-        if grappler == "auto":
-            self._switched_off_grappler = _tf.switch_off_graph_optimizer()
         return self
 
     def stop(self):
@@ -170,9 +156,6 @@ class FakeTPU:
         finally:
             self._patch.stop()
             system.deactivate(self)
-            if self._switched_off_grappler:
-                self._switched_off_grappler = False
-                _tf.restore_graph_optimizer()
 
     def __enter__(self):
         return self.start()
