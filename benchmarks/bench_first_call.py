@@ -33,6 +33,17 @@ import _common  # pylint: disable=wrong-import-position
 import bench_trace  # pylint: disable=wrong-import-position
 
 KINDS = ("inlined", "no grappler", "tiers")
+# Grappler's options for the whole process (tf.config.optimizer), the step unchanged:
+# the meta optimizer off, or only the costly passes that the options reach.
+PROCESS_OPTIONS = {
+    "grappler off": {"disable_meta_optimizer": True},
+    "costly passes off": {
+        name: False
+        for name in ("constant_folding", "remapping", "dependency_optimization",
+                     "arithmetic_optimization", "layout_optimizer", "loop_optimization",
+                     "shape_optimization")
+    },
+}
 TIER_CALLS = 3
 CALLS = 25
 WARM_FROM = 5  # calls before this index are "first calls"
@@ -77,7 +88,11 @@ def sample(kind, replicas):
     from compat_distribute import testing
     from compat_distribute.testing._fake_tpu import replicate
 
-    if kind != "inlined":
+    if kind in PROCESS_OPTIONS:
+        import tensorflow as tf
+
+        tf.config.optimizer.set_experimental_options(PROCESS_OPTIONS[kind])
+    elif kind != "inlined":
         replicate.call_in_step = {"no grappler": without_grappler, "tiers": tiers}[kind]
     if kind == "tiers":
         import tensorflow as tf
@@ -120,20 +135,22 @@ def _figures(samples):
     return figures
 
 
-def main(repeats, replica_counts):
+def main(repeats, replica_counts, kinds=KINDS, name="first_call"):
+    """Writes results/<name>.json: each of `kinds` against the first."""
     rows, table = {}, []
     for replicas in replica_counts:
-        samples = {kind: [] for kind in KINDS}
+        samples = {kind: [] for kind in kinds}
         for repeat in range(repeats):
-            order = KINDS if repeat % 2 == 0 else KINDS[::-1]
+            order = kinds if repeat % 2 == 0 else kinds[::-1]
             for kind in order:
                 samples[kind].append(run_sample(kind, replicas))
                 got = samples[kind][-1]
                 print(f"  {kind} x{replicas}: first {got['wall_s'][0]:.2f} s "
-                      f"(CPU {got['cpu_s'][0]:.2f} s)", flush=True)
+                      f"(CPU {got['cpu_s'][0]:.2f} s), warm "
+                      f"{statistics.median(got['cpu_s'][WARM_FROM:]) * 1e3:.1f} ms CPU", flush=True)
         base = _figures(samples["inlined"])
         rows[f"inlined x{replicas}"] = base
-        for kind in KINDS[1:]:
+        for kind in kinds[1:]:
             figures = _figures(samples[kind])
             rows[f"{kind} x{replicas}"] = figures
             ratio = {key: figures[key] / base[key] for key in base if key != "n"}
@@ -166,7 +183,7 @@ def main(repeats, replica_counts):
                     "target": "<= 1.05",
                 }
             )
-    _common.report("first_call", rows, table)
+    _common.report(name, rows, table)
 
 
 if __name__ == "__main__":
