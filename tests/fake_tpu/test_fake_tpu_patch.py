@@ -270,6 +270,10 @@ def test_a_fake_with_more_cores_than_the_started_runtime_fails_on_entry_routing_
         "set_virtual_devices(16, 'CPU') came too late: TensorFlow's runtime is already "
         "initialised with 8 logical CPU device(s)"
     )
+    assert str(info.value).endswith(
+        "fake_tpu() and FakeTPUClusterResolver call it for their cores: enter or build them "
+        "before other TensorFlow code."
+    )
     assert not fake.active and patched_names() == before
 
 
