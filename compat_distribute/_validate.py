@@ -106,18 +106,23 @@ def cluster_resolver(name, value, *, tpu, is_tpu):
     import tensorflow as tf
 
     resolvers = tf.distribute.cluster_resolver
+    if tpu:
+        fix = (
+            "tf.distribute.cluster_resolver.TPUClusterResolver(tpu=...) for a real TPU, or "
+            "compat_distribute.testing.FakeTPUClusterResolver() to run on virtual CPU devices."
+        )
+    else:
+        fix = (
+            "None or tf.distribute.cluster_resolver.TFConfigClusterResolver() to read "
+            "TF_CONFIG, or a SimpleClusterResolver of a tf.train.ClusterSpec."
+        )
     if not isinstance(value, resolvers.ClusterResolver):
         raise TypeError(
             f"{name} must be None or a "
-            f"tf.distribute.cluster_resolver.ClusterResolver; got {show(value)}."
+            f"tf.distribute.cluster_resolver.ClusterResolver; got {show(value)}. Pass {fix}"
         )
     if tpu and not is_tpu:
-        raise TypeError(
-            f"{name} must be a TPU resolver; got a {type(value).__name__}. Pass "
-            f"tf.distribute.cluster_resolver.TPUClusterResolver(tpu=...) for a real "
-            f"TPU, or compat_distribute.testing.FakeTPUClusterResolver() to run on "
-            f"virtual CPU devices."
-        )
+        raise TypeError(f"{name} must be a TPU resolver; got a {type(value).__name__}. Pass {fix}")
     if not tpu and is_tpu:
         raise TypeError(
             f"{name} must describe a multi-worker cluster (e.g. "

@@ -133,7 +133,9 @@ def _too_late(n, device_type, existing):
         f"logical devices cannot be changed once it has started. Call "
         f"set_virtual_devices before any TensorFlow op, device listing or strategy: at "
         f"the top of your program, or in conftest.py's pytest_configure (the "
-        f"compat_distribute pytest plugin does this for you with --tf-devices={n})."
+        f"compat_distribute pytest plugin does this for you with --tf-devices={n}). "
+        f"fake_tpu() and FakeTPUClusterResolver call it for their cores: enter or build "
+        f"them before other TensorFlow code."
     )
 
 

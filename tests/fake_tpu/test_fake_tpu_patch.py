@@ -241,6 +241,42 @@ def test_sixteen_core_mesh_in_a_fresh_process(run_python):
     assert result.stdout.split("\n")[-2] == "16 16 [120.0] 16 4 4"
 
 
+def test_tensorflow_run_first_inside_the_fake_sees_its_cores(run_python):
+    # A one-device baseline computed first inside fake_tpu() started the
+    # runtime with 1 CPU, and the resolver built next failed "came too late".
+    result = run_python("""
+        import tensorflow as tf
+        from compat_distribute.testing import fake_tpu
+
+        with fake_tpu("v3-8"):
+            one = tf.distribute.OneDeviceStrategy("/cpu:0")
+            baseline = float(one.reduce("SUM", one.run(lambda: tf.constant(2.0)), axis=None))
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
+            strategy = tf.distribute.TPUStrategy(resolver)
+            total = strategy.reduce("SUM", strategy.run(tf.function(lambda: tf.constant(2.0))), axis=None)
+            print(baseline, float(total), len(tf.config.list_logical_devices("CPU")))
+        """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("\n")[-2] == "2.0 16.0 8"
+
+
+def test_a_fake_with_more_cores_than_the_started_runtime_fails_on_entry_routing_nothing():
+    assert len(tf.config.list_logical_devices("CPU")) == 8  # starts the runtime
+    before = patched_names()
+    fake = fake_tpu(mesh_shape=(2, 2, 2, 2))
+    with pytest.raises(RuntimeError) as info:
+        fake.start()
+    assert str(info.value).startswith(
+        "set_virtual_devices(16, 'CPU') came too late: TensorFlow's runtime is already "
+        "initialised with 8 logical CPU device(s)"
+    )
+    assert str(info.value).endswith(
+        "fake_tpu() and FakeTPUClusterResolver call it for their cores: enter or build them "
+        "before other TensorFlow code."
+    )
+    assert not fake.active and patched_names() == before
+
+
 def test_tf1_set_up_without_a_resolver_builds_the_fake():
     """TF1 defaulted to TPUClusterResolver(""): `compat_distribute.TPUStrategy()` in fake_tpu()."""
     with fake_tpu("v4-8"):

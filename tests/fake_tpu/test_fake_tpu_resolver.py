@@ -74,6 +74,26 @@ def test_bad_resolver_arguments_raise_value_error(kwargs, message):
 
 
 @pytest.mark.parametrize(
+    "topology, close",
+    [("V3-8", "v3-8"), ("v3_8", "v3-8"), (" v4-16", "v4-16"), ("v5e-8", "v5litepod-8")],
+)
+def test_a_preset_spelled_another_way_is_named(topology, close):
+    presets = ", ".join(repr(name) for name in PRESETS)
+    with pytest.raises(ValueError) as info:
+        fake_tpu(topology)
+    assert str(info.value) == (
+        f"Unknown TPU topology {topology!r} (did you mean {close!r}?); the presets are "
+        f"{presets}. Pass mesh_shape=(x, y, z, cores_per_chip) for another mesh."
+    )
+    with pytest.raises(TypeError) as info:
+        FakeTPUClusterResolver(8)
+    assert str(info.value) == (
+        f"topology must be a preset name (one of {presets}); got 8 (int). Pass "
+        f"mesh_shape=(x, y, z, cores_per_chip) for another mesh."
+    )
+
+
+@pytest.mark.parametrize(
     "args, kwargs, error, message",
     [
         (("v5-9",), {}, ValueError, "Unknown TPU topology 'v5-9'"),

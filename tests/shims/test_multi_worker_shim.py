@@ -67,7 +67,10 @@ def test_the_resolver_is_taken_by_keyword():
         (
             {"cluster_resolver": "grpc://localhost:1"},
             TypeError,
-            "cluster_resolver must be None or a tf.distribute.cluster_resolver.ClusterResolver; got 'grpc://localhost:1' (str)",
+            "cluster_resolver must be None or a tf.distribute.cluster_resolver.ClusterResolver; "
+            "got 'grpc://localhost:1' (str). Pass None or "
+            "tf.distribute.cluster_resolver.TFConfigClusterResolver() to read TF_CONFIG, or a "
+            "SimpleClusterResolver of a tf.train.ClusterSpec.",
         ),
     ],
 )

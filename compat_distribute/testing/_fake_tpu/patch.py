@@ -2,6 +2,8 @@
 
 import os
 
+import numpy as np
+
 from compat_distribute import _patching
 from compat_distribute import tpu
 from compat_distribute.testing._fake_tpu import pod as pod_lib
@@ -10,6 +12,7 @@ from compat_distribute.testing._fake_tpu import strategy as strategy_lib
 from compat_distribute.testing._fake_tpu import system
 from compat_distribute.testing._fake_tpu import tf_calls
 from compat_distribute.testing._fake_tpu import topologies
+from compat_distribute.testing import devices as devices_lib
 
 
 class FakeTPU:
@@ -53,6 +56,7 @@ class FakeTPU:
         name, mesh = resolver_lib.check_config(topology, mesh_shape, strict, device_type)
         # A pod's hosts, shared by every resolver of the fake; None for one host.
         self._pod = pod_lib.for_slice(name, mesh, topologies.host_count(name, hosts), device_type)
+        self._num_cores = int(np.prod(mesh))
         self._config = dict(
             topology=topology,
             mesh_shape=mesh_shape,
@@ -140,8 +144,11 @@ class FakeTPU:
     def start(self):
         if self.active:
             self._patch.start()  # raises: started twice
+        # Before the patch: a failed start leaves nothing routed.
         if self._pod is not None:
-            self._pod.start()  # Before the patch: a failed start leaves nothing routed.
+            self._pod.start()
+        else:  # The cores exist from here, so TF code run first inside the fake sees them.
+            devices_lib.set_virtual_devices(self._num_cores, self._config["device_type"])
         self._patch.start()
         system.activate(self)
         tf_calls.take_fake_resolvers()  # names of TF's TPU calls bound before start()

@@ -85,21 +85,32 @@ def preset_name(topology):
     return DEFAULT_TOPOLOGY if topology is None else topology
 
 
+def _spelled_like(topology):
+    """The preset `topology` names in another spelling ("V3-8", "v3_8", "v5e-8"), or None."""
+    name = topology.strip().lower().replace("_", "-")
+    if name.startswith("v5e-"):  # Cloud TPU's accelerator type for v5e is v5litepod-N
+        name = "v5litepod-" + name[len("v5e-"):]
+    return name if name in PRESETS else None
+
+
 def resolve(topology, mesh_shape):
     """`(name, mesh)` for the constructor arguments (`topology` None: the default
     preset, or the mesh's own name); raises before any state changes."""
     if mesh_shape is None:
         topology = preset_name(topology)
+        presets = ", ".join(repr(t) for t in PRESETS)
         if not isinstance(topology, str):
             raise TypeError(
-                f"topology must be a preset name (one of {sorted(PRESETS)}); got "
+                f"topology must be a preset name (one of {presets}); got "
                 f"{topology!r} ({type(topology).__name__}). Pass mesh_shape=(x, y, z, "
                 f"cores_per_chip) for another mesh."
             )
         if topology not in PRESETS:
+            close = _spelled_like(topology)
             raise ValueError(
-                f"Unknown TPU topology {topology!r}; the presets are "
-                f"{', '.join(repr(t) for t in PRESETS)}. Pass mesh_shape=(x, y, z, "
+                f"Unknown TPU topology {topology!r}"
+                + ("" if close is None else f" (did you mean {close!r}?)")
+                + f"; the presets are {presets}. Pass mesh_shape=(x, y, z, "
                 f"cores_per_chip) for another mesh."
             )
         return topology, PRESETS[topology].mesh_shape
