@@ -53,6 +53,13 @@ def tpu_feed(replica_devices):
     return [value for value, _ in slots], [device for _, device in slots]
 
 
+@pytest.mark.multi_worker
+def test_a_client_with_a_small_inter_op_pool_gives_the_hosts_contexts_enough_threads(pod):
+    # The client names 2 threads; the hosts' contexts for it would take 2 for 8 cores,
+    # and an iterator left in a step before its end would block a host for good.
+    assert pod["iterator_left_in_a_step"] == [[4 * (r % 8) + r // 8 for r in range(32)]] * 2
+
+
 # -- 2x2 slices: DeviceAssignment.build(computation_shape=[2, 2, 1, 1]) ---------
 
 
