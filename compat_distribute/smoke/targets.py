@@ -49,7 +49,7 @@ def _split_strategy(resolver, topology, steps_per_run):
     """
 
     def build():
-        assignment = _two_cores_per_replica(topology())
+        assignment = two_cores_per_replica(topology())
         strategy = tpu.TPUStrategy(
             resolver, steps_per_run=steps_per_run, device_assignment=assignment
         )
@@ -58,7 +58,7 @@ def _split_strategy(resolver, topology, steps_per_run):
     return build
 
 
-def _two_cores_per_replica(topology):
+def two_cores_per_replica(topology):
     """A device assignment of `topology` with replicas of two adjacent cores."""
     # Two cores of one chip where chips have two (v2, v3), else two chips.
     shape = [1, 1, 1, 2] if topology.mesh_shape[-1] >= 2 else [2, 1, 1, 1]

@@ -98,6 +98,10 @@ PROTECTED = (
     ("tensorflow.python.eager.polymorphic_function.polymorphic_function:Function", "_clone"),
     # XLA check
     ("tensorflow.python.framework.ops:Graph", "_get_function"),
+    # A pod's client gives its context back the default device it had before connecting.
+    ("tensorflow.python.eager.context:Context", "_set_device"),
+    # ... and names the pool its hosts give its contexts there.
+    ("tensorflow.python.eager.context:Context", "_inter_op_parallelism_threads"),
     # Fake TPU pods; MirroredExtended's `_input_workers_devices` (set in its
     # __init__) is pinned by its own test.
     (f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended", "_input_workers_with_options"),
@@ -312,3 +316,31 @@ def set_input_workers(extended, host_devices):
 def input_workers_with_options(extended, options):
     """MirroredExtended `extended`'s input pipelines for `options` (TPUExtended's `_get_input_workers`)."""
     return extended._input_workers_with_options(options)
+
+
+def default_device():
+    """This thread's default device of the eager context (name, spec), which
+    `experimental_connect_to_cluster` sets to the master's for good."""
+    ctx = __getattr__("context")()
+    return ctx.device_name, ctx.device_spec
+
+
+def set_default_device(device):
+    """Sets this thread's default device back to `device` (from `default_device`)."""
+    __getattr__("context")()._set_device(*device)
+
+
+@contextlib.contextmanager
+def remote_contexts_inter_op_threads(at_least):
+    """Contexts this process opens on servers meanwhile (connecting) get an
+    inter-op pool of `at_least` threads where its own config names fewer; its
+    own pool, started already, keeps its size. Nothing changes where the config
+    names no size (each server then picks its own)."""
+    ctx = __getattr__("context")()
+    chosen = ctx._inter_op_parallelism_threads
+    if chosen and chosen < at_least:
+        ctx._inter_op_parallelism_threads = at_least
+    try:
+        yield
+    finally:
+        ctx._inter_op_parallelism_threads = chosen

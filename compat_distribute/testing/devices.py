@@ -68,6 +68,20 @@ def config_inter_op_threads(device_count):
     return inter_op_threads(device_count)
 
 
+def size_clients_inter_op_pools(device_count):
+    """Sizes the inter-op pool of the eager contexts that clients open on this
+    server process of `device_count` devices (a pod's host).
+
+    Such a context takes its pool from the client's config, which names no size
+    unless the client chose one; TensorFlow then reads $TF_NUM_INTEROP_THREADS.
+    Left to the machine's cores, an iterator made in a step and left before its
+    end blocks the host's pool (each core's reader is destroyed on a pool thread
+    that waits for another). Does nothing where the variable is set already.
+    """
+    if device_count >= 2 and not _pool_size_from_environment():
+        os.environ[INTER_OP_ENV] = str(inter_op_threads(device_count))
+
+
 def fewest_inter_op_threads(device_count):
     """Below this, distributed input over `device_count` devices can block forever."""
     return device_count + 1

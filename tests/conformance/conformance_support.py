@@ -50,3 +50,30 @@ def local(strategy, value):
     """Per-replica results as Python lists."""
     return [tf.nest.map_structure(lambda t: t.numpy().tolist(), v)
             for v in strategy.experimental_local_results(value)]
+
+
+def fed_element(strategy, step, replica):
+    """The element of `Dataset.range(m).batch(num_replicas_in_sync)` that `replica`
+    takes at `step` of a distributed dataset (its batch is one element).
+
+    One host: step * n + replica. On a pod TensorFlow shards the dataset across
+    the hosts' pipelines by element (AUTO falls back to DATA): after splitting
+    each global batch into one-element batches, host h's pipeline takes every
+    num_hosts-th of them from the h-th, so host h's k-th replica takes
+    (step * replicas_per_host + k) * num_hosts + h.
+    TF: input_lib_test.py DistributedIteratorTest.testUnevenDatasetBatchesMultiWorkerFourReplicas
+    """
+    hosts = strategy.extended.num_hosts
+    per_host = strategy.num_replicas_in_sync // hosts
+    host, k = divmod(replica, per_host)
+    return (step * per_host + k) * hosts + host
+
+
+def tf1_tpu_session(resolver):
+    """A TF1 session as TPU programs open one: to the TPU's master, its config
+    carrying the TPU's cluster (a pod's hosts) where it has one."""
+    config = tf.compat.v1.ConfigProto()
+    cluster_spec = resolver.cluster_spec()
+    if cluster_spec:
+        config.cluster_def.CopyFrom(cluster_spec.as_cluster_def())
+    return tf.compat.v1.Session(target=resolver.master(), config=config)

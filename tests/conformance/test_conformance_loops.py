@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from compat_distribute.smoke.targets import two_cores_per_replica
+from conformance_support import fed_element
 from conformance_support import local
+from conformance_support import tf1_tpu_session
 
 
 def _numbers(count):
@@ -17,7 +20,7 @@ def _numbers(count):
 
 
 def test_steps_iterating_inside_a_function_square_each_batch_in_order(tpu_strategy):
-    """Two steps in one tf.function, each on the next global batch, square replica r's elements r and n + r.
+    """Two steps in one tf.function, each on the next global batch, square the element each replica takes (one host: r, then n + r).
 
     TF: custom_training_loop_input_test.py InputIterationTest.testIterationInsideFunction
     """
@@ -30,8 +33,8 @@ def test_steps_iterating_inside_a_function_square_each_batch_in_order(tpu_strate
         return [tpu_strategy.run(tf.square, args=(next(iterator),)) for _ in range(2)]
 
     first, second = (local(tpu_strategy, out) for out in two_steps(dataset))
-    assert first == [[float(r * r)] for r in range(n)]
-    assert second == [[float((n + r) ** 2)] for r in range(n)]
+    assert first == [[float(fed_element(tpu_strategy, 0, r) ** 2)] for r in range(n)]
+    assert second == [[float(fed_element(tpu_strategy, 1, r) ** 2)] for r in range(n)]
 
 
 def test_steps_past_the_end_raise_out_of_range_and_keep_what_they_added(tpu_strategy):
@@ -84,13 +87,13 @@ def test_a_plain_function_run_eagerly_is_refused(tpu_strategy):
 
 
 def test_a_dataset_iterated_to_its_end_starts_again_from_a_new_iterator(tpu_strategy):
-    """Iterating range(2n) in batches of n gives replica r the elements r and n + r, then stops; a new iterator starts from 0.
+    """Iterating range(2n) in batches of n gives each replica its elements (one host: r, then n + r), then stops; a new iterator starts again.
 
     TF: input_lib_test.py DistributedIteratorSingleWorkerTest.testTPU
     """
     n = tpu_strategy.num_replicas_in_sync
     dataset = tpu_strategy.experimental_distribute_dataset(tf.data.Dataset.range(2 * n).batch(n))
-    expected = [[[r] for r in range(n)], [[n + r] for r in range(n)]]
+    expected = [[[fed_element(tpu_strategy, step, r)] for r in range(n)] for step in range(2)]
     for _ in range(2):
         assert [local(tpu_strategy, batch) for batch in dataset] == expected
 
@@ -156,10 +159,9 @@ def test_outside_compilation_in_an_spmd_step_runs_on_the_host(tpu_resolver, topo
 
     TF: tpu_strategy_model_parallelism_test.py TPUStrategyModelParallelismTest.test_spmd_with_outside_comp
     """
-    replicas = topology.num_tasks * topology.num_tpus_per_task // 2
-    assignment = tf.tpu.experimental.DeviceAssignment.build(
-        topology, num_replicas=replicas, computation_shape=[1, 1, 1, 2]
-    )
+    # Two cores of a chip (v2, v3), or two chips where a chip has one core (v4).
+    assignment = two_cores_per_replica(topology)
+    replicas = assignment.num_replicas
     strategy = tf.distribute.TPUStrategy(
         tpu_resolver, experimental_device_assignment=assignment, experimental_spmd_xla_partitioning=True
     )
@@ -172,14 +174,19 @@ def test_outside_compilation_in_an_spmd_step_runs_on_the_host(tpu_resolver, topo
     assert strategy.reduce("SUM", result, axis=None).numpy() == 3 * replicas
 
 
-def test_a_graph_step_metric_value_is_fetched_after_each_update(tpu_strategy):
+def test_a_graph_step_metric_value_is_fetched_after_each_update(tpu_strategy, tpu_resolver):
     """In a TF1 graph, one step's `metrics.mean` value, set as a non-tensor output, is fetched after each update: the mean so far.
 
     TF: metrics_v1_test.py MetricsV1Test.testMean
     """
     n = tpu_strategy.num_replicas_in_sync
     with tf.Graph().as_default(), tpu_strategy.scope():
-        iterator = tpu_strategy.make_input_fn_iterator(lambda _: _numbers(1000).batch(4, drop_remainder=True))
+        # Each host's pipeline takes its share, as a pod's input_fn does (one host: all).
+        iterator = tpu_strategy.make_input_fn_iterator(
+            lambda context: _numbers(1000)
+            .shard(context.num_input_pipelines, context.input_pipeline_id)
+            .batch(4, drop_remainder=True)
+        )
 
         def step(ctx, inputs):
             value, update = tpu_strategy.extended.call_for_each_replica(tf.compat.v1.metrics.mean, args=(inputs,))
@@ -187,12 +194,13 @@ def test_a_graph_step_metric_value_is_fetched_after_each_update(tpu_strategy):
             return tpu_strategy.group(update)
 
         ctx = tpu_strategy.extended.experimental_run_steps_on_iterator(step, iterator, iterations=1)
-        with tf.compat.v1.Session() as session:
+        with tf1_tpu_session(tpu_resolver) as session:
             session.run(iterator.initializer)
             session.run(tf.compat.v1.local_variables_initializer())
             means = []
             for _ in range(2):
                 session.run(ctx.run_op)
                 means.append(session.run(ctx.non_tensor_outputs["value"]))
-    # Each update takes one batch of 4 per replica: the mean of 0 .. 4n - 1, then of 0 .. 8n - 1.
+    # Each update takes one batch of 4 per replica: the mean of 0 .. 4n - 1, then of 0 .. 8n - 1
+    # (on a pod, host h's replicas take the elements h, h + num_hosts, ...).
     np.testing.assert_allclose(means, [(4 * n - 1) / 2, (8 * n - 1) / 2])

@@ -114,11 +114,15 @@ def pod_assignments():
     import tensorflow as tf
 
     from compat_distribute.testing import fake_tpu
+    from pod_programs import iterator_left_in_a_step
 
+    # A client that names its own inter-op pool, smaller than a host's 8 cores need.
+    tf.config.threading.set_inter_op_parallelism_threads(2)
     out = {}
     with fake_tpu("v3-32"):
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
         tf.config.experimental_connect_to_cluster(resolver)
+        out["iterator_left_in_a_step"] = iterator_left_in_a_step(tf.distribute.TPUStrategy(resolver))
         topology = tf.tpu.experimental.initialize_tpu_system(resolver)
         coordinates = topology.device_coordinates.tolist()
         out["coordinates"] = coordinates

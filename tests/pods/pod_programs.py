@@ -78,6 +78,60 @@ def _failure(step):
     return ["no error", "", time.monotonic() - started]
 
 
+def _collectives_in_a_loop(strategy, rounds=3):
+    """A step whose while loop sums, gathers and adds to a SUM variable (a merge_call,
+    as a tf-keras metric's update in a gradient-accumulation loop) each round: the
+    per-replica sums, gathers and the variable's copies, as sorted sets."""
+    import tensorflow as tf
+
+    n = strategy.num_replicas_in_sync
+    with strategy.scope():
+        total = tf.Variable(0.0, aggregation=tf.VariableAggregation.SUM)
+
+    def step(rounds):
+        context = tf.distribute.get_replica_context()
+        x = tf.cast(context.replica_id_in_sync_group, tf.float32)
+
+        def one_round(i, summed, gathered):
+            with tf.control_dependencies([total.assign_add(x)]):
+                return (
+                    i + 1,
+                    summed + context.all_reduce("SUM", x + 1.0),
+                    gathered + context.all_gather(tf.reshape(x, [1]), axis=0),
+                )
+
+        _, summed, gathered = tf.while_loop(
+            lambda i, *_: i < rounds, one_round, (0, tf.constant(0.0), tf.zeros([n]))
+        )
+        return summed, gathered
+
+    sums, gathers = tf.function(lambda: strategy.run(step, (tf.constant(rounds),)))()
+    local = strategy.experimental_local_results
+    return [
+        sorted({float(s) for s in local(sums)}),
+        sorted({tuple(g.numpy().tolist()) for g in local(gathers)}),
+        sorted({float(c) for c in total.values}),
+    ]
+
+
+def iterator_left_in_a_step(strategy):
+    """Steps that each make an iterator of a distributed dataset and leave it after
+    one batch of several: each replica's first element, twice."""
+    import tensorflow as tf
+
+    n = strategy.num_replicas_in_sync
+    dataset = strategy.experimental_distribute_dataset(tf.data.Dataset.range(4 * n).batch(n))
+
+    @tf.function
+    def first_batch(dataset):
+        return strategy.run(tf.identity, args=(next(iter(dataset)),))
+
+    return [
+        [int(v[0]) for v in strategy.experimental_local_results(first_batch(dataset))]
+        for _ in range(2)
+    ]
+
+
 def _reduced_to_the_client(strategy):
     """strategy.reduce SUM and MEAN of per-replica values, and the tasks of the
     AddN ops the reduction traced ({task: count})."""
@@ -210,6 +264,8 @@ def pod(checkpoint_dir):
     constant_step = _constant_step(strategy)
     out["constant_step"] = constant_step()
     out["reduce"], out["reduce_add_n_tasks"] = _reduced_to_the_client(strategy)
+    out["collectives_in_a_loop"] = _collectives_in_a_loop(strategy)
+    out["iterator_left_in_a_step"] = iterator_left_in_a_step(strategy)
     try:
         strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", 1.0))
     except Exception as e:  # pylint: disable=broad-except
@@ -307,7 +363,8 @@ def pod(checkpoint_dir):
 
 
 def one_host(checkpoint):
-    """`hosts=1`: the same 32 replicas in this process; the pod's checkpoint restored."""
+    """`hosts=1`: the same 32 replicas in this process, after a pod of its own was
+    stopped; the pod program's checkpoint restored."""
     from compat_distribute.testing import set_virtual_devices
 
     set_virtual_devices(32)
@@ -315,9 +372,22 @@ def one_host(checkpoint):
 
     import compat_distribute
     from compat_distribute.testing import FakeTPUClusterResolver
+    from compat_distribute.testing import _tf
     from compat_distribute.testing import fake_tpu
 
     out = {}
+    # A pod first, stopped: its hosts leave this process's context with it.
+    with fake_tpu("v3-32") as pod_fake:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
+        tf.config.experimental_connect_to_cluster(resolver)
+        pod_sum = _replica_ids_summed(tf.distribute.TPUStrategy(resolver))[0]
+    server_def = _tf.get_server_def()
+    out["pod_before"] = [
+        pod_sum,
+        pod_fake.pod.running,
+        sorted(job.name for job in server_def.cluster.job),
+        tf.constant(0.0).device,
+    ]
     with fake_tpu("v3-32", hosts=1):
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
         tf.config.experimental_connect_to_cluster(resolver)

@@ -317,6 +317,35 @@ def test_a_stopped_fake_starts_again_with_fresh_hosts(pod_run):
 
 
 @pytest.mark.multi_worker
+def test_collectives_in_a_while_loop_of_a_pod_step_meet_across_the_hosts(pod_run):
+    # The one trace runs in an executor of its own inside each host's call, so the
+    # replicas' loops are alike and their collectives meet (one host: test_one_trace).
+    sums, gathers, total = pod_run["collectives_in_a_loop"]
+    assert sums == [3.0 * sum(range(1, 33))]  # 3 rounds of 1 + ... + 32
+    assert gathers == [[3.0 * r for r in range(32)]]
+    assert total == [3.0 * sum(range(32))]  # 3 rounds of 0 + ... + 31, on every copy
+
+
+@pytest.mark.multi_worker
+def test_an_iterator_left_in_a_step_before_its_end_does_not_block_the_hosts(pod_run):
+    # Each core's reader is destroyed on the host's inter-op pool and waits for
+    # another thread of it: a pool of the machine's 2 cores blocked for good.
+    # Host h's k-th replica takes element 4k + h (TensorFlow's sharding by element).
+    assert pod_run["iterator_left_in_a_step"] == [[4 * (r % 8) + r // 8 for r in range(32)]] * 2
+
+
+@pytest.mark.multi_worker
+def test_a_one_host_fake_runs_after_a_pod_in_the_same_process(one_host_run):
+    # The stopped pod's hosts left the context (none would answer: UnavailableError
+    # at the next function), and so did its default device, host 0's first core.
+    pod_sum, running, jobs, device = one_host_run["pod_before"]
+    assert (pod_sum, running) == (float(sum(range(32))), False)
+    assert jobs == ["localhost"]
+    assert device == "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert one_host_run["all_reduce"] == float(sum(range(32)))
+
+
+@pytest.mark.multi_worker
 def test_hosts_1_gives_the_same_32_replicas_in_the_client_alone(one_host_run):
     # Named as a Cloud TPU is, it answers with a loopback grpc:// master that
     # nothing dials: no process is started (children) and the steps run here.

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from compat_distribute import _env
 from compat_distribute.testing import _tf
+from compat_distribute.testing import devices as devices_lib
 from compat_distribute.testing._fake_tpu import pod_reduce
 from compat_distribute.testing.cluster import host as host_lib
 from compat_distribute.testing.cluster import netns
@@ -84,6 +85,24 @@ def _cluster_already_connected(spec):
     return cluster
 
 
+def _server_def_without(hosts_spec, before):
+    """This process's server def with the jobs of `hosts_spec` taken out: the
+    cluster of `before` (a server def, or None for no cluster), this process's
+    own job kept as it is now (its server's port)."""
+    server_def = _tf.get_server_def()
+    restored = type(server_def)()
+    restored.CopyFrom(server_def)
+    own = [job for job in server_def.cluster.job if job.name == server_def.job_name]
+    others = [] if before is None else [
+        job for job in before.cluster.job
+        if job.name != server_def.job_name and job.name not in hosts_spec.jobs
+    ]
+    del restored.cluster.job[:]
+    for job in others + own:
+        restored.cluster.job.add().CopyFrom(job)
+    return restored
+
+
 def for_slice(name, mesh, hosts, device_type):
     """A new `FakePod` (not started) for a slice of `hosts` > 1 hosts; None for one host.
 
@@ -129,6 +148,8 @@ class FakePod:
         self._hooks = hooks
         self._servers = None
         self._connected_spec = None  # the cluster this process is connected to
+        # (server def, default device) of this process before it connected here.
+        self._before_connecting = None
         self._watchdog = None
         self._stop_watching = threading.Event()
         # What the watchdog saw last: "host 2 (worker 2, pid 123, was killed by SIGKILL)".
@@ -222,7 +243,20 @@ class FakePod:
         if self._servers is not None:
             self._servers.stop()
             self._servers = None
-        self._connected_spec = None
+        self._disconnect()
+
+    def _disconnect(self):
+        """Takes the stopped hosts out of this process's eager context, which
+        keeps a cluster's hosts until told otherwise (each new function would be
+        sent to them: UnavailableError), and gives back the default device and
+        the cluster it had before connecting (none, or another pod's)."""
+        spec, self._connected_spec = self._connected_spec, None
+        before, self._before_connecting = self._before_connecting, None
+        if spec is None or _cluster_already_connected(spec) is None:
+            return  # Not connected here, or connected elsewhere since.
+        server_def, device = before
+        _tf.context().update_server_def(_server_def_without(spec, server_def))
+        _tf.set_default_device(device)
 
     def check(self):
         """Raises `ClusterTaskError` naming the first host that died."""
@@ -261,11 +295,17 @@ class FakePod:
     def connect(self, *args, **kwargs):
         """`tf.config.experimental_connect_to_cluster` to the hosts; the arguments are its own."""
         spec = self.cluster_spec()
+        if self._before_connecting is None:
+            before = _tf.get_server_def()  # TensorFlow edits it in place: a copy
+            before = None if before is None else type(before).FromString(before.SerializeToString())
+            self._before_connecting = (before, _tf.default_device())
         cluster = _cluster_already_connected(spec)
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             spec if cluster is None else tf.train.ClusterSpec(cluster), master=self.master()
         )
-        _tf.connect_to_cluster(resolver, *args, **kwargs)
+        # The hosts' contexts for this client take its pool size where it names one.
+        with _tf.remote_contexts_inter_op_threads(devices_lib.inter_op_threads(self.cores_per_host)):
+            _tf.connect_to_cluster(resolver, *args, **kwargs)
         os.environ[STREAMING_ENQUEUE_ENV] = "False"
         self._connected_spec = spec
 

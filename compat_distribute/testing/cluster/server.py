@@ -28,6 +28,7 @@ def start_server(tf_config, devices, boot_job):
     addresses of its TF_CONFIG job alone (clients then name the job as they will)."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+    devices_lib.size_clients_inter_op_pools(devices)
     cluster = {job: list(addresses) for job, addresses in tf_config.cluster.items()}
     if boot_job:
         cluster = {boot_job: cluster[tf_config.task_type]}
