@@ -52,9 +52,11 @@ smoke: $(STAMP)
 # Three workers, each test file on one of them (its module fixtures start
 # once): most of the suite's time is spent waiting on subprocesses (cluster
 # workers, pod hosts, graph-mode programs), so a third worker overlaps those
-# waits even on two cores.
+# waits even on two cores. The last line is the suite's wall and CPU time (the
+# CPU time of every process, which other users' load does not swing); the 15
+# slowest tests are listed above it.
 test: $(STAMP)
-	$(PYTEST) -n 3 --dist loadfile tests
+	$(PY) tools/suite_time.py $(PYTEST) -n 3 --dist loadfile --durations=15 tests
 
 test-fast: $(STAMP)
 	$(PYTEST) -n 2 --dist loadfile $(FAST_TESTS)
