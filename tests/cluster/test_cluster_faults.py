@@ -18,7 +18,7 @@ from compat_distribute.testing.cluster import ClusterTaskError
 from compat_distribute.testing.cluster import ClusterTimeoutError
 from compat_distribute.testing.cluster import LaunchHooks
 from compat_distribute.testing.cluster import local_cluster
-from compat_distribute.testing.cluster import pick_unused_port
+from compat_distribute.testing.cluster.ports import pick_unused_port
 
 
 @pytest.mark.multi_worker(2)
