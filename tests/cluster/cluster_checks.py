@@ -9,7 +9,7 @@ from compat_distribute.testing import deadlines
 from compat_distribute.testing.cluster import launcher
 from compat_distribute.testing.cluster import netns
 from support.leftovers import cluster_dirs, listening  # noqa: F401  # the cluster tests' names
-from support.processes import descendants, running, wait_for, wait_gone  # noqa: F401
+from support.processes import _children_by_parent, descendants, running, wait_for, wait_gone  # noqa: F401
 
 HOST_NETWORK = os.readlink("/proc/self/ns/net")
 

@@ -229,7 +229,7 @@ def test_a_pod_hosts_zygote_that_dies_is_named_with_each_host(temp_dir):
         zygote, hosts = servers.zygote_pid, servers.pids
         assert [_parent(p) for p in hosts] == [zygote] * 2
         os.kill(zygote, signal.SIGKILL)
-        wait_for(lambda: len(servers.faults()) >= 2, 10, interval=0.05)
+        wait_for(lambda: len(servers.faults()) >= 2, 10)
         because = f"as the zygote that forked it (pid {zygote}) was killed by SIGKILL"
         assert servers.faults() == [
             (i, f"worker {i}, pid {hosts[i]}, was killed by SIGKILL, {because}") for i in (0, 1)
