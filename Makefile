@@ -52,12 +52,17 @@ smoke: $(STAMP)
 # Three workers, each test file on one of them (its module fixtures start
 # once): most of the suite's time is spent waiting on subprocesses (cluster
 # workers, pod hosts, graph-mode programs), so a third worker overlaps those
-# waits even on two cores.
+# waits even on two cores. Files go to the workers in collection order, the
+# longest first (LONGEST_FIRST in tests/conftest.py): xdist's own order, most
+# tests first, would start long files of few tests last, to run alone at the
+# end. The last line is the suite's wall and CPU time (the CPU time of every
+# process, which other users' load does not swing); the 15 slowest tests are
+# listed above it.
 test: $(STAMP)
-	$(PYTEST) -n 3 --dist loadfile tests
+	$(PY) tools/suite_time.py $(PYTEST) -n 3 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 test-fast: $(STAMP)
-	$(PYTEST) -n 2 --dist loadfile $(FAST_TESTS)
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder $(FAST_TESTS)
 
 test-multi-worker: $(STAMP)
 	$(PYTEST) -m multi_worker tests

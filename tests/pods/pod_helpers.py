@@ -2,11 +2,11 @@
 
 import json
 import os
-import subprocess
 import sys
 
 from compat_distribute.testing import deadlines
 
+from support import programs
 from support.programs import TESTS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,14 +35,15 @@ def program_command(file, name, *args):
 
 
 def run_program(file, name, *args, extra_env=None):
-    """Runs program `name` of `file` (pod_programs.py, ...) in a fresh client
-    process; returns the JSON of its last RESULT line."""
-    result = subprocess.run(
-        program_command(file, name, *args),
-        capture_output=True,
-        text=True,
-        timeout=program_timeout(),
+    """Runs program `name` of `file` (pod_programs.py, ...) in a client process of
+    its own, forked from a warm interpreter that has imported TensorFlow (the pod
+    programs share one; see `support.programs`); returns the JSON of its last
+    RESULT line."""
+    result = programs.run_program(
+        [os.path.join(HERE, file), name, *args],
+        timeout=PROGRAM_TIMEOUT_S,
         env=env(extra_env),
+        shared_env=True,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-5000:]
