@@ -235,15 +235,20 @@ class FakePod:
         return self
 
     def stop(self):
-        """Stops every host: asked to exit, then killed; nothing is left behind."""
+        """Stops every host: asked to exit, then killed; nothing is left behind.
+
+        This process leaves the hosts first, while they still serve: leaving
+        closes its contexts on them, which logs an error per host once they
+        are gone.
+        """
         self._stop_watching.set()
         if self._watchdog is not None:
             self._watchdog.join()
             self._watchdog = None
+        self._disconnect()
         if self._servers is not None:
             self._servers.stop()
             self._servers = None
-        self._disconnect()
 
     def _disconnect(self):
         """Takes the stopped hosts out of this process's eager context, which
