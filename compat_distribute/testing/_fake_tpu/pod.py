@@ -4,10 +4,12 @@ This process drives them over gRPC as a pod's client does; a host that dies is
 named at once instead of hanging the step.
 """
 
+import atexit
 import os
 import math
 import sys
 import threading
+import weakref
 
 import tensorflow as tf
 
@@ -33,6 +35,19 @@ _WATCH_INTERVAL_S = 0.25
 # host. `tf.experimental.async_scope()` turns it on for its block, as it does
 # on a pod.
 STREAMING_ENQUEUE_ENV = "TF_ENABLE_EAGER_CLIENT_STREAMING_ENQUEUE"
+
+
+# The pods whose hosts run. At exit each is stopped before the launchers stop
+# their hosts (atexit runs the handlers registered last first): this process
+# leaves the hosts while they serve, so the functions and contexts TensorFlow
+# drops later are not sent to hosts that are gone (each logged an error).
+_RUNNING = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running_pods():
+    for pod in list(_RUNNING):
+        pod.stop()
 
 
 def _client_port():
@@ -223,6 +238,7 @@ class FakePod:
             hooks=self._hooks,
         )
         self._servers.start()
+        _RUNNING.add(self)
         self.failure = None
         self._stop_watching = threading.Event()
         self._watchdog = threading.Thread(
@@ -245,10 +261,13 @@ class FakePod:
         if self._watchdog is not None:
             self._watchdog.join()
             self._watchdog = None
-        self._disconnect()
-        if self._servers is not None:
-            self._servers.stop()
-            self._servers = None
+        _RUNNING.discard(self)
+        try:
+            self._disconnect()
+        finally:
+            if self._servers is not None:
+                self._servers.stop()
+                self._servers = None
 
     def _disconnect(self):
         """Takes the stopped hosts out of this process's eager context, which
