@@ -14,6 +14,7 @@ import weakref
 import tensorflow as tf
 
 from compat_distribute import _env
+from compat_distribute import _patching
 from compat_distribute.testing import _tf
 from compat_distribute.testing import devices as devices_lib
 from compat_distribute.testing._fake_tpu import pod_reduce
@@ -48,6 +49,38 @@ _RUNNING = weakref.WeakSet()
 def _stop_running_pods():
     for pod in list(_RUNNING):
         pod.stop()
+
+
+def _reading_that_clears_end_of_data(next_internal):
+    def read_next(iterator):
+        try:
+            return next_internal(iterator)
+        except tf.errors.OutOfRangeError as error:
+            _tf.clear_errors_of_call_executors(error)
+            raise
+
+    return read_next
+
+
+_END_OF_DATA_CLEARED = []  # the one started patch, kept for the process
+
+
+def clear_end_of_data_on_hosts():
+    """An eager iterator's next element, read where a host's data ended, leaves
+    no error on the executor that read it (see `_tf.clear_errors_of_call_executors`).
+
+    Process-wide and kept: it only catches and re-raises the end of data.
+    Idempotent; patched through `_patching`.
+    """
+    if _END_OF_DATA_CLEARED:
+        return
+    owner = _tf.iterator_ops.OwnedIterator
+    next_internal = _patching.original(owner, "_next_internal")
+    _END_OF_DATA_CLEARED.append(
+        _patching.Patch(
+            [(owner, "_next_internal", _reading_that_clears_end_of_data(next_internal))]
+        ).start()
+    )
 
 
 def _client_port():
@@ -331,6 +364,7 @@ class FakePod:
         with _tf.remote_contexts_inter_op_threads(devices_lib.inter_op_threads(self.cores_per_host)):
             _tf.connect_to_cluster(resolver, *args, **kwargs)
         os.environ[STREAMING_ENQUEUE_ENV] = "False"
+        clear_end_of_data_on_hosts()
         self._connected_spec = spec
 
     def ensure_connected(self):
