@@ -37,6 +37,11 @@ def program_command(file, name, *args):
 def run_program(file, name, *args, extra_env=None):
     """Runs program `name` of `file` (pod_programs.py, ...) in a fresh client
     process; returns the JSON of its last RESULT line."""
+    return run_program_and_stderr(file, name, *args, extra_env=extra_env)[0]
+
+
+def run_program_and_stderr(file, name, *args, extra_env=None):
+    """As `run_program`; returns (the JSON of its last RESULT line, its stderr)."""
     result = subprocess.run(
         program_command(file, name, *args),
         capture_output=True,
@@ -46,4 +51,4 @@ def run_program(file, name, *args, extra_env=None):
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-5000:]
-    return json.loads(lines[-1][len("RESULT ") :])
+    return json.loads(lines[-1][len("RESULT ") :]), result.stderr
