@@ -380,7 +380,7 @@ def one_host(checkpoint):
     with fake_tpu("v3-32") as pod_fake:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
         tf.config.experimental_connect_to_cluster(resolver)
-        pod_sum = _replica_ids_summed(tf.distribute.TPUStrategy(resolver))[0]
+        pod_sum = replica_ids_summed(tf.distribute.TPUStrategy(resolver))[0]
     server_def = _tf.get_server_def()
     out["pod_before"] = [
         pod_sum,
