@@ -76,6 +76,9 @@ INTERNALS = {
     # Fake TPU pods: a host's call in a step, instantiated without Grappler.
     "context": "tensorflow.python.eager.context:context",
     "FunctionCallOptions": "tensorflow.python.eager.context:FunctionCallOptions",
+    # Fake TPU pods: the end of a host's data, which a one-call executor keeps.
+    "execution_mode": "tensorflow.python.eager.context:execution_mode",
+    "iterator_ops": "tensorflow.python.data.ops.iterator_ops",
 }
 
 # (owner, protected member) that the functions below rely on; the member is on
@@ -108,6 +111,8 @@ PROTECTED = (
     # What TensorFlow's own TPU system calls run; _fake_tpu/tf_calls.py routes a fake resolver.
     ("tensorflow.python.tpu.tpu_strategy_util", "initialize_tpu_system_impl"),
     ("tensorflow.python.tpu.tpu_strategy_util", "shutdown_tpu_system_impl"),
+    # Fake TPU pods: an eager iterator's next element, read in a sync executor of its own.
+    ("tensorflow.python.data.ops.iterator_ops:OwnedIterator", "_next_internal"),
 )
 
 _MIRRORED = f"{_DISTRIBUTE}.mirrored_strategy:MirroredExtended"
@@ -344,3 +349,24 @@ def remote_contexts_inter_op_threads(at_least):
         yield
     finally:
         ctx._inter_op_parallelism_threads = chosen
+
+
+def clear_errors_of_call_executors(error):
+    """Clears the error that each executor `context.execution_mode` made for the
+    call that raised `error` still holds.
+
+    An op run on a remote host leaves its error on the executor that ran it,
+    also a sync one; an eager iterator reads its next element in an executor of
+    its own, which the traceback keeps. Deleted with the error still there, it
+    raises it again: "Exception ignored in: Executor.__del__ ... OutOfRangeError:
+    End of sequence" at the end of a host's data.
+    """
+    scope_code = __getattr__("execution_mode").__wrapped__.__code__
+    while error is not None:
+        traceback = error.__traceback__
+        while traceback is not None:
+            frame = traceback.tb_frame
+            if frame.f_code is scope_code and frame.f_locals.get("executor_new") is not None:
+                frame.f_locals["executor_new"].clear_error()
+            traceback = traceback.tb_next
+        error = error.__context__

@@ -39,12 +39,19 @@ def run_program(file, name, *args, extra_env=None):
     its own, forked from a warm interpreter that has imported TensorFlow (the pod
     programs share one; see `support.programs`); returns the JSON of its last
     RESULT line."""
+    return run_program_and_stderr(file, name, *args, extra_env=extra_env)[0]
+
+
+def run_program_and_stderr(file, name, *args, extra_env=None, fresh=False):
+    """As `run_program`; returns (the JSON of its last RESULT line, its stderr).
+    `fresh`: a new interpreter, which ends as a user's program does."""
     result = programs.run_program(
         [os.path.join(HERE, file), name, *args],
         timeout=PROGRAM_TIMEOUT_S,
+        fresh=fresh,
         env=env(extra_env),
         shared_env=True,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-5000:]
-    return json.loads(lines[-1][len("RESULT ") :])
+    return json.loads(lines[-1][len("RESULT ") :]), result.stderr

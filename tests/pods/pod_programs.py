@@ -380,7 +380,7 @@ def one_host(checkpoint):
     with fake_tpu("v3-32") as pod_fake:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
         tf.config.experimental_connect_to_cluster(resolver)
-        pod_sum = _replica_ids_summed(tf.distribute.TPUStrategy(resolver))[0]
+        pod_sum = replica_ids_summed(tf.distribute.TPUStrategy(resolver))[0]
     server_def = _tf.get_server_def()
     out["pod_before"] = [
         pod_sum,
@@ -457,9 +457,23 @@ def _keras_fit(strategy=None):
     return steps, history.history["loss"], [w.tolist() for w in model.get_weights()]
 
 
+def _steps_to_the_end_of_data(strategy):
+    """A `tf.function` step on each batch of a distributed dataset, looped until
+    its data ends; each step's sum over the replicas."""
+    import tensorflow as tf
+
+    @tf.function
+    def summed(batch):
+        return strategy.reduce("SUM", strategy.run(tf.reduce_sum, args=(batch,)), axis=None)
+
+    dataset = tf.data.Dataset.range(48).batch(16)
+    return [int(summed(b)) for b in strategy.experimental_distribute_dataset(dataset)]
+
+
 def keras_pod():
     """Keras 3 `fit` under the V1 shim on a v4-16 pod (2 hosts, 8 replicas), and on one
-    device."""
+    device; then steps over a distributed dataset to its end. The program ends as a
+    user's does (see `main`)."""
     import tensorflow as tf
 
     import compat_distribute
@@ -474,6 +488,7 @@ def keras_pod():
             "replicas": [strategy.num_replicas_in_sync, strategy.extended.num_hosts],
             "pod": _keras_fit(strategy),
             "one_device": _keras_fit(),
+            "steps_to_the_end_of_data": _steps_to_the_end_of_data(strategy),
         }
 
 
@@ -488,6 +503,9 @@ def hold_pod():
 
 
 PROGRAMS = {"pod": pod, "one_host": one_host, "keras_pod": keras_pod, "hold_pod": hold_pod}
+# Programs that end as a user's program does: atexit handlers, then TensorFlow's
+# own shutdown (the others end at once, having killed hosts on purpose).
+ENDING_AS_A_USER_PROGRAM = {"keras_pod"}
 
 
 def _machine_address():
@@ -600,7 +618,8 @@ def main(programs):
     result = programs[name](*args)
     print("RESULT " + json.dumps(result), flush=True)
     sys.stdout.flush()
-    os._exit(0)  # TensorFlow may block at exit on a context whose hosts are gone.
+    if name not in ENDING_AS_A_USER_PROGRAM:
+        os._exit(0)  # TensorFlow may block at exit on a context whose hosts are gone.
 
 
 if __name__ == "__main__":

@@ -245,12 +245,18 @@ def test_pod_training_converges_and_its_checkpoint_restores_on_one_host(pod_run,
     assert iterations == 150
 
 
+@pytest.fixture(name="keras_pod_run", scope="module")
+def keras_pod_run_fixture():
+    """(RESULT, stderr) of the keras_pod program, which ends as a user's does."""
+    return pod_helpers.run_program_and_stderr("pod_programs.py", "keras_pod", fresh=True)
+
+
 @pytest.mark.multi_worker
-def test_keras_fit_on_a_pod_gives_the_weights_of_one_device():
+def test_keras_fit_on_a_pod_gives_the_weights_of_one_device(keras_pod_run):
     # The V1 shim with steps_per_run=4: a pod all-reduces through one device, not
     # with the collectives that keras-team/keras#19246 trips on, so Keras 3 gets
     # 4 steps a call without multi_step_fix().
-    run = _client("keras_pod")
+    run, _ = keras_pod_run
     assert run["replicas"] == [8, 2]  # a v4-16: 8 cores on 2 hosts
     (steps, pod_losses, pod_weights), (_, losses, weights) = run["pod"], run["one_device"]
     assert steps == {"steps_per_execution": 4}
@@ -258,6 +264,25 @@ def test_keras_fit_on_a_pod_gives_the_weights_of_one_device():
     np.testing.assert_allclose(pod_losses, losses, rtol=1e-4)
     for got, want in zip(pod_weights, weights):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.multi_worker
+def test_a_pod_run_that_trains_and_ends_prints_no_tensorflow_errors(keras_pod_run):
+    # Keras fit, then tf.function steps over a distributed dataset to its end
+    # (batches of 16 of 0..47, 2 a replica), then the fake stops and the program
+    # exits. TensorFlow logged an error per host for each function it dropped
+    # once the hosts were gone, one per context it could not close, and an end
+    # of data left on an executor ("Exception ignored in: Executor.__del__").
+    run, stderr = keras_pod_run
+    assert run["steps_to_the_end_of_data"] == [sum(range(16)), sum(range(16, 32)), sum(range(32, 48))]
+    for noise in (
+        "Failed to remove function remotely",
+        "Unable to close remote context",
+        "Connection refused",
+        "Exception ignored",
+        "End of sequence",
+    ):
+        assert noise not in stderr, stderr[-5000:]
 
 
 @pytest.mark.multi_worker

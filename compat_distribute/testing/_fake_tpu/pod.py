@@ -4,14 +4,17 @@ This process drives them over gRPC as a pod's client does; a host that dies is
 named at once instead of hanging the step.
 """
 
+import atexit
 import os
 import math
 import sys
 import threading
+import weakref
 
 import tensorflow as tf
 
 from compat_distribute import _env
+from compat_distribute import _patching
 from compat_distribute.testing import _tf
 from compat_distribute.testing import devices as devices_lib
 from compat_distribute.testing._fake_tpu import pod_reduce
@@ -33,6 +36,51 @@ _WATCH_INTERVAL_S = 0.25
 # host. `tf.experimental.async_scope()` turns it on for its block, as it does
 # on a pod.
 STREAMING_ENQUEUE_ENV = "TF_ENABLE_EAGER_CLIENT_STREAMING_ENQUEUE"
+
+
+# The pods whose hosts run. At exit each is stopped before the launchers stop
+# their hosts (atexit runs the handlers registered last first): this process
+# leaves the hosts while they serve, so the functions and contexts TensorFlow
+# drops later are not sent to hosts that are gone (each logged an error).
+_RUNNING = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running_pods():
+    for pod in list(_RUNNING):
+        pod.stop()
+
+
+def _reading_that_clears_end_of_data(next_internal):
+    def read_next(iterator):
+        try:
+            return next_internal(iterator)
+        except tf.errors.OutOfRangeError as error:
+            _tf.clear_errors_of_call_executors(error)
+            raise
+
+    return read_next
+
+
+_END_OF_DATA_CLEARED = []  # the one started patch, kept for the process
+
+
+def clear_end_of_data_on_hosts():
+    """An eager iterator's next element, read where a host's data ended, leaves
+    no error on the executor that read it (see `_tf.clear_errors_of_call_executors`).
+
+    Process-wide and kept: it only catches and re-raises the end of data.
+    Idempotent; patched through `_patching`.
+    """
+    if _END_OF_DATA_CLEARED:
+        return
+    owner = _tf.iterator_ops.OwnedIterator
+    next_internal = _patching.original(owner, "_next_internal")
+    _END_OF_DATA_CLEARED.append(
+        _patching.Patch(
+            [(owner, "_next_internal", _reading_that_clears_end_of_data(next_internal))]
+        ).start()
+    )
 
 
 def _client_port():
@@ -223,6 +271,7 @@ class FakePod:
             hooks=self._hooks,
         )
         self._servers.start()
+        _RUNNING.add(self)
         self.failure = None
         self._stop_watching = threading.Event()
         self._watchdog = threading.Thread(
@@ -235,15 +284,23 @@ class FakePod:
         return self
 
     def stop(self):
-        """Stops every host: asked to exit, then killed; nothing is left behind."""
+        """Stops every host: asked to exit, then killed; nothing is left behind.
+
+        This process leaves the hosts first, while they still serve: leaving
+        closes its contexts on them, which logs an error per host once they
+        are gone.
+        """
         self._stop_watching.set()
         if self._watchdog is not None:
             self._watchdog.join()
             self._watchdog = None
-        if self._servers is not None:
-            self._servers.stop()
-            self._servers = None
-        self._disconnect()
+        _RUNNING.discard(self)
+        try:
+            self._disconnect()
+        finally:
+            if self._servers is not None:
+                self._servers.stop()
+                self._servers = None
 
     def _disconnect(self):
         """Takes the stopped hosts out of this process's eager context, which
@@ -307,6 +364,7 @@ class FakePod:
         with _tf.remote_contexts_inter_op_threads(devices_lib.inter_op_threads(self.cores_per_host)):
             _tf.connect_to_cluster(resolver, *args, **kwargs)
         os.environ[STREAMING_ENQUEUE_ENV] = "False"
+        clear_end_of_data_on_hosts()
         self._connected_spec = spec
 
     def ensure_connected(self):
