@@ -95,7 +95,8 @@ class _Forked:
         self.pidfd = os.pidfd_open(pid)  # Unreaped by the zygote: still this process.
 
     def has_exited(self):
-        return bool(select.select([self.pidfd], [], [], 0)[0])
+        pidfd = self.pidfd  # None once released (another thread may release it).
+        return pidfd is None or bool(select.select([pidfd], [], [], 0)[0])
 
     def poll(self):
         if self.returncode is None:
@@ -217,11 +218,15 @@ class Zygote:
     def wait_for_news(self, task, timeout):
         """Sleeps until the zygote says something or, once it is gone, `task` ends."""
         waited = [task.pidfd] if self._gone else [self.conn]
-        select.select(waited, [], [], timeout)
+        if None not in waited:
+            select.select(waited, [], [], timeout)
 
     def reap(self, task):
         """Has the zygote reap the ended `task` (its pid is then free)."""
-        os.close(task.pidfd)
+        pidfd, task.pidfd = task.pidfd, None  # Never select a closed (or reused) fd.
+        if pidfd is None:
+            return  # Released already.
+        os.close(pidfd)
         if self._gone:  # Its children went to init: wait (bounded) until it reaped this one.
             deadline = time.monotonic() + deadlines.scaled(_ORPHAN_REAP_S)
             while os.path.exists(f"/proc/{task.pid}") and time.monotonic() < deadline:
