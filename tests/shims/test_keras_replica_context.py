@@ -5,8 +5,9 @@ the strategy's scope, not built, and a `tf.function` that runs the step with
 `strategy.run`; the optimizer builds its slots on its first `apply_gradients`,
 inside the step. On TensorFlow's MirroredStrategy that loop fails
 (keras-team/keras#19246's root cause: a collective under a `tf.cond` whose key
-is a call-time capture) unless `multi_step_fix()` is started; on the fake it
-trains with no opt-in, traced once or per replica.
+is a call-time capture) unless `multi_step_fix()` is started, up to Keras 3.15
+(keras-nightly 3.16.0.dev2026102704 runs it); on the fake it trains with no
+opt-in, traced once or per replica.
 """
 
 import numpy as np
@@ -18,6 +19,8 @@ from compat_distribute import testing
 from compat_distribute.testing import _fake_tpu
 
 keras = pytest.importorskip("keras")
+# Keras 3.16 (its nightlies) no longer fails this loop on MirroredStrategy.
+KERAS_FAILS_THE_LOOP_ON_MIRRORED = tuple(int(n) for n in keras.__version__.split(".")[:2]) < (3, 16)
 
 GLOBAL_BATCH = 16
 STEPS = 4
@@ -73,10 +76,13 @@ def test_a_custom_loop_building_its_optimizer_in_the_step_trains_per_replica():
 @pytest.mark.requires_keras3
 def test_that_loop_fails_on_mirrored_strategy_where_the_fake_needs_no_opt_in():
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    with pytest.raises(
-        tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"
-    ):
-        custom_loop_losses(mirrored)
     one_device = custom_loop_losses(tf.distribute.get_strategy())
+    if KERAS_FAILS_THE_LOOP_ON_MIRRORED:
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"
+        ):
+            custom_loop_losses(mirrored)
+    else:
+        np.testing.assert_allclose(custom_loop_losses(mirrored), one_device, rtol=1e-5)
     traced_once = compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver(mesh_shape=(1, 1, 1, 2)))
     np.testing.assert_allclose(custom_loop_losses(traced_once), one_device, rtol=1e-5)
