@@ -11,7 +11,7 @@ shuffled, the validation files read once, DATA auto-sharded since a pod has more
 validation files). `install()` is added at the top. Changed: the flowers are small synthetic
 JPEGs (32x32 instead of 331x331) written to TFRecord files named as the notebook's
 (`flowers00-192.tfrec`: the count is in the name) in a temporary directory instead of
-gs://flowers-public; squeezenet is a one-convolution model with SGD; 4 epochs instead of 60;
+gs://flowers-public; squeezenet is a one-convolution model with SGD, its initial weights seeded; 4 epochs instead of 60;
 `fit` is given no `validation_steps`, so each validation pass reads its files to their end.
 Prints the notebook's lines, then one "epoch N loss X val_loss Y val_accuracy Z" line an epoch.
 """
@@ -206,9 +206,9 @@ print("VALIDATION IMAGES: ", count_data_items(valid_filenames), ", STEPS PER EPO
 with strategy.scope():
     model = tf.keras.Sequential([
         tf.keras.layers.Input([*IMAGE_SIZE, 3]),
-        tf.keras.layers.Conv2D(8, 3, activation='relu'),
+        tf.keras.layers.Conv2D(8, 3, activation='relu', kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1)),
         tf.keras.layers.GlobalAveragePooling2D(),
-        tf.keras.layers.Dense(len(CLASSES), activation='softmax'),
+        tf.keras.layers.Dense(len(CLASSES), activation='softmax', kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)),
     ])
     model.compile(optimizer=tf.keras.optimizers.SGD(), loss='categorical_crossentropy', metrics=['accuracy'])
 
