@@ -11,8 +11,9 @@ shuffled, the validation files read once, DATA auto-sharded since a pod has more
 validation files). `install()` is added at the top. Changed: the flowers are small synthetic
 JPEGs (32x32 instead of 331x331) written to TFRecord files named as the notebook's
 (`flowers00-192.tfrec`: the count is in the name) in a temporary directory instead of
-gs://flowers-public; squeezenet is a one-convolution model with SGD, its initial weights seeded; 4 epochs instead of 60;
-`fit` is given no `validation_steps`, so each validation pass reads its files to their end.
+gs://flowers-public, encoded on this machine rather than on the TPU host; squeezenet is a
+one-convolution model with SGD, its initial weights seeded; 4 epochs instead of 60; `fit` is given
+no `validation_steps`, so each validation pass reads its files to their end.
 Prints the notebook's lines, then one "epoch N loss X val_loss Y val_accuracy Z" line an epoch.
 """
 
@@ -119,7 +120,8 @@ def write_flowers(pattern, files=20, per_file=192):
                 writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
 
 
-write_flowers(GCS_PATTERN)
+with tf.device('/job:localhost/device:CPU:0'):  # on this machine, not on the TPU host
+    write_flowers(GCS_PATTERN)
 
 AUTOTUNE = tf.data.experimental.AUTOTUNE
 
