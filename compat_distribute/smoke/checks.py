@@ -30,9 +30,9 @@ def _local(strategy, value):
 
 
 def _host_input():
-    # Batches stay on the host until a step reads them: building the
-    # per-device prefetch iterators costs seconds on 8 virtual devices, and
-    # the dataset check covers that path.
+    # Batches stay on the host's CPU until a step reads them (the dataset
+    # check covers fetching to the devices). TensorFlow still builds its
+    # multi-device iterator here, over copies of the host's CPU.
     return tf.distribute.InputOptions(experimental_fetch_to_device=False)
 
 
