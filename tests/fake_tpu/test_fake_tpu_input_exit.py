@@ -32,8 +32,9 @@ TEARDOWN_BOUND_SECONDS = 5
 # on a busy machine, beside two other TensorFlow processes; measured 4-6 s).
 EXIT_BOUND_SECONDS = 30
 # A pause after each step: the stall grows with the time since the iterators
-# were built, not with the batches fed, so the programs need not spin the CPU.
-PACE_SECONDS = 0.02
+# were built, not with the batches fed, so the programs need not spin the CPU
+# (0.1 s: about a hundred steps a feed, each checked).
+PACE_SECONDS = 0.1
 # Keras fit feeds at least this many batches: the kernel below reaches 2.0 to
 # 4 decimals in ~50 SGD steps, whatever the machine's speed.
 MIN_BATCHES = 100

@@ -17,8 +17,10 @@ import tensorflow as tf
 
 from compat_distribute.testing import devices
 
-# A fresh process on at most 2 CPUs (TensorFlow sizes its default pool to them),
-# calling 60 times a step that iterates a fake v3-8's distributed dataset.
+# A process on at most 2 CPUs (TensorFlow sizes its default pool to them when its
+# runtime starts), calling 20 times a step that iterates a fake v3-8's distributed
+# dataset. With the pool TensorFlow would give (2 threads) the first call blocks; with
+# 4 the third (measured); 20 calls cost a third of the 60 this once made.
 ITERATE_ON_TWO_CORES = """
     import os
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
@@ -39,7 +41,7 @@ ITERATE_ON_TWO_CORES = """
                 for _ in range(2)
             ]
 
-        for _ in range(60):
+        for _ in range(20):
             numbers = tf.data.Dataset.range(32).map(lambda x: tf.cast(x, tf.float32))
             outputs = two_steps(strategy.experimental_distribute_dataset(numbers.batch(16)))
         print(tf.config.threading.get_inter_op_parallelism_threads())
@@ -50,7 +52,8 @@ ITERATE_ON_TWO_CORES = """
 def _iterate_on_two_cores(run_python, before=""):
     code = ITERATE_ON_TWO_CORES.format(before=before)
     try:
-        return run_python(textwrap.dedent(code), timeout=150, fresh=True)
+        # Forked from the warm interpreter: TensorFlow imported, its runtime not started.
+        return run_python(textwrap.dedent(code), timeout=150)
     except subprocess.TimeoutExpired:
         pytest.fail("a step iterating a distributed dataset blocked (inter-op pool exhausted)")
 
@@ -78,8 +81,7 @@ def test_a_pool_the_user_set_too_small_is_kept_with_a_warning_naming_the_fix(run
             set_virtual_devices(8)
         print(tf.config.threading.get_inter_op_parallelism_threads())
         print(caught[0].category.__name__, caught[0].message)
-        """,
-        fresh=True,
+        """
     )
     assert result.returncode == 0, result.stderr
     pool, warning = result.stdout.strip().split("\n")
@@ -107,8 +109,7 @@ def test_a_pool_size_from_the_environment_is_kept_and_checked(run_python):
         print(tf.config.threading.get_inter_op_parallelism_threads())
         print(len(caught), str(caught[0].message).split(" for ")[0])
         """,
-        env={"TF_NUM_INTEROP_THREADS": "2"},
-        fresh=True,
+        env={"TF_NUM_INTEROP_THREADS": "2"},  # a TF_ variable: run_python runs it fresh
     )
     assert result.returncode == 0, result.stderr
     # Nothing set over the variable; 4 devices warned of (2 < 5), 4 devices again
@@ -134,8 +135,7 @@ def test_a_large_enough_user_pool_is_kept_silently_and_ours_grows_with_the_devic
         tf.config.threading.set_inter_op_parallelism_threads(40)
         set_virtual_devices(8)
         print(tf.config.threading.get_inter_op_parallelism_threads())
-        """,
-        fresh=True,
+        """
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "True", "40"]
@@ -156,8 +156,7 @@ def test_devices_made_before_tensorflow_started_elsewhere_are_checked(run_python
             print(len(set_virtual_devices(4)))
         print(tf.config.threading.get_inter_op_parallelism_threads())
         print(str(caught[0].message).split(" for ")[0])
-        """,
-        fresh=True,
+        """
     )
     assert result.returncode == 0, result.stderr
     cores = min(2, len(os.sched_getaffinity(0)))

@@ -82,7 +82,8 @@ def test_guide_loop_builds_slots_in_the_step_and_trains_as_one_device(once, opti
 def _run_programs(run_program, program, env=None):
     """RESULT of `python step_variables_programs.py PROGRAM`, in a process of its own."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_variables_programs.py")
-    result = run_program([path, program], timeout=300, env=env, fresh=program == "pod")
+    # Forked from the warm interpreter of its environment (the tf-keras one's is shared).
+    result = run_program([path, program], timeout=300, env=env, shared_env=True)
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-4000:]
     return json.loads(lines[-1][len("RESULT "):])

@@ -12,8 +12,6 @@ import re
 
 import pytest
 
-from compat_distribute.testing import local_cluster
-
 
 def assert_trained(history, steps, *, falls_by=0.8):
     """`history` is [(step, loss)]: the logged steps are `steps`, the loss falls."""
@@ -37,10 +35,9 @@ def installed_main(module, function="main", *args):
     return getattr(importlib.import_module(module), function)(*args)
 
 
-def on_two_workers(module, function="main", *args):
-    """The program's histories on the two workers of a fresh local cluster."""
-    with local_cluster(num_workers=2, timeout=180) as cluster:
-        return cluster.run(installed_main, module, function, *args)
+def on_two_workers(cluster, module, function="main", *args):
+    """The program's histories on the two workers of `cluster` (conftest's `two_workers`)."""
+    return cluster.run(installed_main, module, function, *args)
 
 
 def test_bert_classifier_with_steps_per_loop_on_the_tpu(legacy_tpu):
@@ -78,15 +75,15 @@ def test_tf1_fit_loop_with_steps_per_run_in_a_variable(run_legacy_script):
     assert_trained(history, [4, 8, 10, 14, 18, 20], falls_by=0.5)
 
 
-def test_model_training_utils_loop_on_two_workers():
-    histories = on_two_workers("training_utils_loop")
+def test_model_training_utils_loop_on_two_workers(two_workers):
+    histories = on_two_workers(two_workers, "training_utils_loop")
     for history in histories:
         assert_trained(history, [4, 8, 12, 16])
     assert histories[0] == histories[1]  # synchronous: both workers saw the same losses
 
 
-def test_eager_mnist_custom_training_on_two_workers():
-    histories = on_two_workers("eager_mnist_custom_training")
+def test_eager_mnist_custom_training_on_two_workers(two_workers):
+    histories = on_two_workers(two_workers, "eager_mnist_custom_training")
     # 256 examples in global batches of 2 x 16: 8 steps per epoch, 3 epochs.
     for history in histories:
         assert_trained(history, [8, 16, 24])
@@ -105,8 +102,9 @@ def test_distribution_utils_tpu_flag_on_the_tpu(legacy_tpu):
     assert_trained(history, list(range(1, 13)), falls_by=0.5)
 
 
-def test_distribution_utils_multi_worker_flag_on_two_workers():
+def test_distribution_utils_multi_worker_flag_on_two_workers(two_workers):
     histories = on_two_workers(
+        two_workers,
         "distribution_utils_flags",
         "train_with_flags",
         {"distribution_strategy": "multi_worker_mirrored", "all_reduce_alg": "ring"},

@@ -100,9 +100,11 @@ V3_8 = {"topology": "v3-8"}
 ONE_CORE = {"mesh_shape": (1, 1, 1, 1)}
 
 
-def run_program(run_python, fake, env):
-    code = HARNESS.format(fake=fake, program=PROGRAM)
-    return run_python(code, timeout=300, env=env)
+def run_harness(run_program, fake, env, program=PROGRAM):
+    """HARNESS running `program`, forked from a warm interpreter of `env` (the
+    module's runs share it: TF_USE_LEGACY_KERAS is read at TensorFlow's import)."""
+    code = textwrap.dedent(HARNESS.format(fake=fake, program=program))
+    return run_program(["-c", code], timeout=300, env=env, shared_env=True)
 
 
 def report(result):
@@ -111,11 +113,11 @@ def report(result):
 
 
 @pytest.fixture(scope="module", name="runs")
-def runs_fixture(run_python):
+def runs_fixture(run_program):
     legacy = {"TF_USE_LEGACY_KERAS": "1"}
     return {
-        "fake v3-8": report(run_program(run_python, V3_8, legacy)),
-        "one core": report(run_program(run_python, ONE_CORE, legacy)),
+        "fake v3-8": report(run_harness(run_program, V3_8, legacy)),
+        "one core": report(run_harness(run_program, ONE_CORE, legacy)),
     }
 
 
@@ -155,12 +157,12 @@ def test_eight_replicas_train_as_one(runs):
 
 
 @pytest.mark.requires_keras3
-def test_keras_3_cannot_fit_in_graph_mode(run_python):
+def test_keras_3_cannot_fit_in_graph_mode(run_program):
     # Without TF_USE_LEGACY_KERAS, tf.keras is Keras 3. It takes no tf.train
     # optimizer, and with its own optimizer it still has no graph mode: fit()
     # asks the symbolic dataset cardinality for a Python int.
     keras_3 = {"TF_USE_LEGACY_KERAS": "0"}
-    as_written = run_program(run_python, V3_8, keras_3)
+    as_written = run_harness(run_program, V3_8, keras_3)
     assert as_written.returncode == 1
     assert as_written.stderr.rstrip().splitlines()[-1].startswith(
         "ValueError: Could not interpret optimizer identifier: "
@@ -170,9 +172,7 @@ def test_keras_3_cannot_fit_in_graph_mode(run_python):
         "tf.compat.v1.train.GradientDescentOptimizer(0.05)", "tf.keras.optimizers.SGD(0.05)"
     )
     assert keras_optimizer != PROGRAM
-    result = run_python(
-        HARNESS.format(fake=V3_8, program=keras_optimizer), timeout=300, env=keras_3
-    )
+    result = run_harness(run_program, V3_8, keras_3, keras_optimizer)
     assert result.returncode == 1
     assert result.stderr.rstrip().splitlines()[-1] == (
         "TypeError: int() argument must be a string, a bytes-like object or a real "
@@ -180,7 +180,7 @@ def test_keras_3_cannot_fit_in_graph_mode(run_python):
     )
 
 
-def test_tf_keras_optimizer_objects_need_eager(run_python):
+def test_tf_keras_optimizer_objects_need_eager(run_program):
     # tf-keras 2.21's tf.keras.optimizers.SGD is its new optimizer, which reads
     # its hyperparameters with numpy(): in graph mode compile() fails. TF 1.14's
     # tf.keras.optimizers.SGD is tf-keras' tf.keras.optimizers.legacy.SGD; the
@@ -188,11 +188,7 @@ def test_tf_keras_optimizer_objects_need_eager(run_python):
     keras_optimizer = PROGRAM.replace(
         "tf.compat.v1.train.GradientDescentOptimizer(0.05)", "tf.keras.optimizers.SGD(0.05)"
     )
-    result = run_python(
-        HARNESS.format(fake=V3_8, program=keras_optimizer),
-        timeout=300,
-        env={"TF_USE_LEGACY_KERAS": "1"},
-    )
+    result = run_harness(run_program, V3_8, {"TF_USE_LEGACY_KERAS": "1"}, keras_optimizer)
     assert result.returncode == 1
     assert result.stderr.rstrip().splitlines()[-1] == (
         "NotImplementedError: DistributedVariable.numpy() is only available when eager "

@@ -83,10 +83,10 @@ def test_tf1_contrib_tpu_example_session_on_the_resolver_master(run_legacy_scrip
         assert_falls(losses)
 
 
-def test_multi_worker_keras_tutorial_on_two_workers():
+def test_multi_worker_keras_tutorial_on_two_workers(two_workers):
     # TF_CONFIG, the TF 2.0 spelling routed to the multi-worker shim, and Keras fit
     # on a finite dataset: 1024 examples in global batches of 128, 3 epochs.
-    results = on_two_workers("multi_worker_keras_tutorial")
+    results = on_two_workers(two_workers, "multi_worker_keras_tutorial")
     for replicas, steps, losses in results:
         assert replicas == 2
         assert steps == 3 * 8
