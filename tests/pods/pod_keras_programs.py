@@ -1,4 +1,4 @@
-"""Keras 3 and input programs on fake pods, each run as a fresh client process by
+"""Keras 3 and input programs on fake pods, run in a client process of their own by
 test_pod_keras.py (`python pod_keras_programs.py NAME [ARG]`, as pod_programs.py).
 
 The data is small and seeded; the one-device runs that the pod runs are compared
@@ -197,7 +197,13 @@ def checkpoints(directory):
     return out
 
 
-PROGRAMS = {"ends_of_data": ends_of_data, "checkpoints": checkpoints}
+def checkpoints_then_ends_of_data(directory):
+    """`checkpoints`, then `ends_of_data` on a pod of its own: one client for both
+    (a stopped pod leaves the process's context, as the pod tests show)."""
+    return {"checkpoints": checkpoints(directory), "ends_of_data": ends_of_data(directory)}
+
+
+PROGRAMS = {"checkpoints_then_ends_of_data": checkpoints_then_ends_of_data}
 
 
 if __name__ == "__main__":

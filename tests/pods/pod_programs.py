@@ -363,8 +363,8 @@ def pod(checkpoint_dir):
 
 
 def one_host(checkpoint):
-    """`hosts=1`: the same 32 replicas in this process, after a pod of its own was
-    stopped; the pod program's checkpoint restored."""
+    """`hosts=1`: the same 32 replicas in this process, after a pod of its own (a
+    v4-16) was stopped; the pod program's checkpoint restored."""
     from compat_distribute.testing import set_virtual_devices
 
     set_virtual_devices(32)
@@ -376,8 +376,9 @@ def one_host(checkpoint):
     from compat_distribute.testing import fake_tpu
 
     out = {}
-    # A pod first, stopped: its hosts leave this process's context with it.
-    with fake_tpu("v3-32") as pod_fake:
+    # A pod first, stopped: its hosts leave this process's context with it (any pod
+    # shows it: a v4-16, 2 hosts).
+    with fake_tpu("v4-16") as pod_fake:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="my-pod")
         tf.config.experimental_connect_to_cluster(resolver)
         pod_sum = replica_ids_summed(tf.distribute.TPUStrategy(resolver))[0]

@@ -364,7 +364,7 @@ def test_a_one_host_fake_runs_after_a_pod_in_the_same_process(one_host_run):
     # The stopped pod's hosts left the context (none would answer: UnavailableError
     # at the next function), and so did its default device, host 0's first core.
     pod_sum, running, jobs, device = one_host_run["pod_before"]
-    assert (pod_sum, running) == (float(sum(range(32))), False)
+    assert (pod_sum, running) == (float(sum(range(8))), False)  # a v4-16's 8 replicas
     assert jobs == ["localhost"]
     assert device == "/job:localhost/replica:0/task:0/device:CPU:0"
     assert one_host_run["all_reduce"] == float(sum(range(32)))

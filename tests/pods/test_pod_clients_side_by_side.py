@@ -1,22 +1,20 @@
 """Two pod clients at once, each with its own v4-16 (2 hosts): neither meets the other.
 
-Each client is a fresh process running `_CLIENT` (a pod client changes its
-process's TensorFlow context for good). They run side by side, as pytest-xdist
-runs pod test files side by side: each connects as TPU code does (connect,
+Each client is a process of its own (a pod client changes its process's
+TensorFlow context for good), forked with the other from one program before
+either starts TensorFlow's context. They run side by side, as pytest-xdist runs
+pod test files side by side: each connects as TPU code does (connect,
 initialize the TPU system, connect again), reads its own global batches
 through the hosts' input pipelines (V2 distributed dataset; the V1 iterator,
 read once, reset by its eager `initialize()` while host 1 is busy, then read
 from the start by a `tf.function` step: the reset must have reached every
-core first) and all-reduces a value of its own
-process that its hosts fetch from it. Values are offset per client, so a
-batch or sum that crossed over to the other client would show.
+core first) and all-reduces a value of its own process that its hosts fetch
+from it. Values are offset per client, so a batch or sum that crossed over to
+the other client would show.
 """
 
 import json
 import os
-import subprocess
-import sys
-import time
 
 import pytest
 from support.processes import wait_gone
@@ -30,15 +28,13 @@ REPLICAS = 8
 # Client k reads the integers OFFSETS[k] ... OFFSETS[k] + BATCHES * REPLICAS - 1.
 OFFSETS = (1000, 2000)
 
-_CLIENT = """
-import json, os, sys
+_CLIENTS = """
+import json, os, sys, traceback
 
 import tensorflow as tf
 
 import compat_distribute
 from compat_distribute.testing import fake_tpu
-
-offset, batches = int(sys.argv[1]), int(sys.argv[2])
 
 
 def listening_ports():
@@ -65,57 +61,74 @@ def values(strategy, per_replica):
     return [int(v) for r in strategy.experimental_local_results(per_replica) for v in r.numpy()]
 
 
-out = {}
-with fake_tpu("v4-16") as fake:
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    tf.config.experimental_connect_to_cluster(resolver)  # again, as much TPU code does
-    strategy = tf.distribute.TPUStrategy(resolver)
-    out["hosts"] = fake.pod.pids
-    out["relay"] = fake.pod.relay_pid  # None on the host network
-    from compat_distribute.testing import _tf
+def client(offset, batches):
+    out = {}
+    with fake_tpu("v4-16") as fake:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        tf.config.experimental_connect_to_cluster(resolver)  # again, as much TPU code does
+        strategy = tf.distribute.TPUStrategy(resolver)
+        out["hosts"] = fake.pod.pids
+        out["relay"] = fake.pod.relay_pid  # None on the host network
+        from compat_distribute.testing import _tf
 
-    own = [j for j in _tf.get_server_def().cluster.job if j.name == "localhost"][0]
-    out["client_port"] = int(own.tasks[0].rsplit(":", 1)[1])
-    out["listening"] = listening_ports()
-    n = strategy.num_replicas_in_sync
-    dataset = tf.data.Dataset.range(offset, offset + batches * n).batch(n)
-    out["v2_batches"] = [
-        values(strategy, b) for b in strategy.experimental_distribute_dataset(dataset)
-    ]
-    v1 = compat_distribute.TPUStrategy(resolver, steps_per_run=2)
-    iterator = v1.make_dataset_iterator(dataset)
-    iterator.initialize()
-    first = values(v1, iterator.get_next())
+        own = [j for j in _tf.get_server_def().cluster.job if j.name == "localhost"][0]
+        out["client_port"] = int(own.tasks[0].rsplit(":", 1)[1])
+        out["listening"] = listening_ports()
+        n = strategy.num_replicas_in_sync
+        dataset = tf.data.Dataset.range(offset, offset + batches * n).batch(n)
+        out["v2_batches"] = [
+            values(strategy, b) for b in strategy.experimental_distribute_dataset(dataset)
+        ]
+        v1 = compat_distribute.TPUStrategy(resolver, steps_per_run=2)
+        iterator = v1.make_dataset_iterator(dataset)
+        iterator.initialize()
+        first = values(v1, iterator.get_next())
 
-    @tf.function
-    def read():  # a step right after the reset: it must see the reset on every core
-        return v1.experimental_local_results(iterator.get_next())
+        @tf.function
+        def read():  # a step right after the reset: it must see the reset on every core
+            return v1.experimental_local_results(iterator.get_next())
 
-    read.get_concrete_function()  # traced now, so that the call below starts at once
-    with tf.device("/job:worker/replica:0/task:1/device:CPU:3"):
-        busy = tf.random.normal([2500, 2500])
-        for _ in range(3):  # seconds of work: host 1's next ops queue behind it
-            busy = tf.linalg.matmul(busy, busy) / 2500.0
-    iterator.initialize()  # back to the first batch, on both hosts
-    out["v1_batches"] = [first] + [
-        [int(v) for r in read() for v in r.numpy()] for _ in range(batches)
-    ]
-    with tf.device("/job:localhost/replica:0/task:0/device:CPU:0"):
-        base = tf.constant(offset)
+        read.get_concrete_function()  # traced now, so that the call below starts at once
+        with tf.device("/job:worker/replica:0/task:1/device:CPU:3"):
+            busy = tf.random.normal([2500, 2500])
+            for _ in range(3):  # seconds of work: host 1's next ops queue behind it
+                busy = tf.linalg.matmul(busy, busy) / 2500.0
+        iterator.initialize()  # back to the first batch, on both hosts
+        out["v1_batches"] = [first] + [
+            [int(v) for r in read() for v in r.numpy()] for _ in range(batches)
+        ]
+        with tf.device("/job:localhost/replica:0/task:0/device:CPU:0"):
+            base = tf.constant(offset)
 
-    @tf.function
-    def step():
-        def replica():
-            ctx = tf.distribute.get_replica_context()
-            return ctx.all_reduce("SUM", base + ctx.replica_id_in_sync_group)
+        @tf.function
+        def step():
+            def replica():
+                ctx = tf.distribute.get_replica_context()
+                return ctx.all_reduce("SUM", base + ctx.replica_id_in_sync_group)
 
-        return strategy.run(replica)
+            return strategy.run(replica)
 
-    out["all_reduce"] = sorted(set(int(v) for v in strategy.experimental_local_results(step())))
-print("RESULT " + json.dumps(out), flush=True)
-os._exit(0)  # The hosts are stopped; TensorFlow may block at exit on their context.
+        out["all_reduce"] = sorted(set(int(v) for v in strategy.experimental_local_results(step())))
+    return out
+
+
+batches, offsets = int(sys.argv[1]), [int(a) for a in sys.argv[2:]]
+children = []
+for offset in offsets:  # Forked before TensorFlow's context starts: clients of their own.
+    pid = os.fork()
+    if pid == 0:
+        try:
+            print("RESULT " + json.dumps(dict(client(offset, batches), offset=offset)), flush=True)
+        except BaseException:  # pylint: disable=broad-except
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)  # The hosts are stopped; TensorFlow may block at exit on their context.
+    children.append(pid)
+failed = [pid for pid in children if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
+sys.exit(1 if failed else 0)
 """
 
 
@@ -129,31 +142,16 @@ def _expected_batches(offset):
 
 
 @pytest.mark.multi_worker
-def test_two_pod_clients_side_by_side_get_their_own_values_and_leave_nothing(tmp_path):
-    clients = []
-    for offset in OFFSETS:
-        clients.append(
-            subprocess.Popen(
-                [sys.executable, "-c", _CLIENT, str(offset), str(BATCHES)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(tmp_path)),
-            )
-        )
-    results = []
-    try:
-        deadline = time.monotonic() + CLIENT_TIMEOUT_S
-        for client in clients:
-            stdout, stderr = client.communicate(timeout=max(1, deadline - time.monotonic()))
-            lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-            assert client.returncode == 0 and lines, stderr[-5000:]
-            results.append(json.loads(lines[-1][len("RESULT ") :]))
-    finally:
-        for client in clients:
-            if client.poll() is None:
-                client.kill()
-                client.communicate()
+def test_two_pod_clients_side_by_side_get_their_own_values_and_leave_nothing(run_program, tmp_path):
+    run = run_program(
+        ["-c", _CLIENTS, str(BATCHES), *map(str, OFFSETS)],
+        timeout=CLIENT_TIMEOUT_S,
+        env={"TMPDIR": str(tmp_path)},
+    )
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and len(lines) == len(OFFSETS), run.stderr[-5000:]
+    results = [json.loads(line[len("RESULT ") :]) for line in lines]
+    results.sort(key=lambda r: r["offset"])  # in the order they ended
 
     for offset, result in zip(OFFSETS, results):
         expected = _expected_batches(offset)

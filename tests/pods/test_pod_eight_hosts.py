@@ -1,16 +1,15 @@
 """An 8-host preset (v6e-32: 8 hosts x 4 chips) runs end to end in one client.
 
-The client is a fresh process (a pod client changes its process's TensorFlow
-context for good). It starts the 8 hosts, connects as TPU code does, checks
-that every host feeds its own replicas, all-reduces over the 32 replicas, and
-reports how long each phase took; the test prints those figures (start-up is
-the hosts' start, the connection and the first all-reduce).
+The client is a process of its own, forked from the session's warm interpreter
+(a pod client changes its process's TensorFlow context for good). It starts the
+8 hosts, connects as TPU code does, checks that every host feeds its own
+replicas, all-reduces over the 32 replicas, and reports how long each phase
+took; the test prints those figures (start-up is the hosts' start, the
+connection and the first all-reduce).
 """
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from support.processes import wait_gone
@@ -73,14 +72,8 @@ os._exit(0)  # The hosts are stopped; TensorFlow may block at exit on their cont
 
 
 @pytest.mark.multi_worker
-def test_an_eight_host_preset_feeds_each_host_and_all_reduces(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", _CLIENT],
-        capture_output=True,
-        text=True,
-        timeout=CLIENT_TIMEOUT_S,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(tmp_path)),
-    )
+def test_an_eight_host_preset_feeds_each_host_and_all_reduces(run_python, tmp_path):
+    result = run_python(_CLIENT, timeout=CLIENT_TIMEOUT_S, env={"TMPDIR": str(tmp_path)})
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-5000:]
     out = json.loads(lines[-1][len("RESULT ") :])

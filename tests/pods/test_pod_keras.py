@@ -1,6 +1,6 @@
 """Keras 3 and input on fake pods: the end of the data, and checkpoints between a
-pod and one host. Each pod program (pod_keras_programs.py) runs in a client
-process of its own; the one-host side runs here, on this session's CPUs."""
+pod and one host. One client process runs both pod programs
+(pod_keras_programs.py); the one-host side runs here, on this session's CPUs."""
 
 import os
 
@@ -15,8 +15,8 @@ def _client(name, *args):
 
 
 @pytest.fixture(name="ends_run", scope="module")
-def ends_run_fixture(tmp_path_factory):
-    return _client("ends_of_data", str(tmp_path_factory.mktemp("tfrecords")))
+def ends_run_fixture(pod_run):
+    return pod_run["ends_of_data"]
 
 
 @pytest.mark.multi_worker
@@ -62,9 +62,16 @@ def one_host_fixture(tmp_path_factory):
     return {"strategy": strategy, "dir": str(directory), "saved": saved, "trained_on": programs.state(model)}
 
 
+@pytest.fixture(name="pod_run", scope="module")
+def pod_run_fixture(one_host):
+    """One client: the checkpoints' pod (built without fake_tpu), then a pod under
+    fake_tpu for the ends of data."""
+    return _client("checkpoints_then_ends_of_data", one_host["dir"])
+
+
 @pytest.fixture(name="checkpoints_run", scope="module")
-def checkpoints_run_fixture(one_host):
-    return _client("checkpoints", one_host["dir"])
+def checkpoints_run_fixture(pod_run):
+    return pod_run["checkpoints"]
 
 
 def _assert_same_state(got, want):

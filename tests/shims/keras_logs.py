@@ -126,7 +126,7 @@ def _under_fake_tpu(topology, hosts):
 
 def main(placements):
     """Prints `RESULT {json}` for each placement ("one-device", "v3-8",
-    "shim:v3-8", "v3-32", "v3-32:hosts=1")."""
+    "shim:v3-8", a pod such as "v4-16", or one on one host: "v3-32:hosts=1")."""
     from compat_distribute.testing import set_virtual_devices
 
     set_virtual_devices(32 if any("hosts=1" in p for p in placements) else 8)

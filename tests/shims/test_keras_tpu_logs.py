@@ -13,12 +13,14 @@ subprocesses.
 
 import json
 import os
+import textwrap
 
+import keras_logs
 import numpy as np
 import pytest
+from support import programs
 
 import compat_distribute
-import keras_logs
 from compat_distribute import testing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,10 +28,14 @@ LEGACY_KERAS = {"TF_USE_LEGACY_KERAS": "1"}
 KERAS_3 = {"TF_USE_LEGACY_KERAS": "0"}
 
 
-def reports(run_program, env, *placements, timeout=300):
-    """{placement: report} from `keras_logs.py` run in a subprocess."""
-    result = run_program(
-        [os.path.join(HERE, "keras_logs.py"), *placements], timeout=timeout, env=env
+def reports(env, *placements, timeout=300):
+    """{placement: report} from `keras_logs.py` run in a subprocess (forked from a warm
+    interpreter of its environment's own: the tf-keras programs share one)."""
+    result = programs.run_program(
+        [os.path.join(HERE, "keras_logs.py"), *placements],
+        timeout=timeout,
+        env=env,
+        shared_env=True,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and len(lines) == len(placements), result.stderr[-5000:]
@@ -70,27 +76,39 @@ def assert_first_batch_is(report, rows):
     np.testing.assert_allclose(report["progress_bar"][0], [1, loss, mae], atol=1e-4)
 
 
-@pytest.fixture(scope="module", name="tf_keras_v3_8")
-def tf_keras_v3_8_fixture(run_program):
-    return reports(run_program, LEGACY_KERAS, "one-device", "v3-8", "shim:v3-8")
+@pytest.fixture(scope="module", name="tf_keras_one_host")
+def tf_keras_one_host_fixture():
+    """tf-keras' reports on one device, a v3-8 (both ways) and a v3-32 on one host: one process."""
+    return reports(LEGACY_KERAS, "one-device", "v3-8", "shim:v3-8", "v3-32:hosts=1")
 
 
-def test_one_device_logs_the_whole_batch(tf_keras_v3_8):
-    one_device = tf_keras_v3_8["one-device"]
+def test_one_device_logs_the_whole_batch(tf_keras_one_host):
+    one_device = tf_keras_one_host["one-device"]
     assert one_device["replicas"] == 1
     assert_first_batch_is(one_device, keras_logs.BATCH)
     # 2 epochs of 2 batches: the bar shows each batch.
     assert [update[0] for update in one_device["progress_bar"]] == [1, 2, 1, 2]
 
 
-@pytest.mark.parametrize("where", ["v3-8", "shim:v3-8"])
-def test_tf_keras_on_a_v3_8_reports_one_devices_values(tf_keras_v3_8, where):
+@pytest.mark.parametrize(
+    "where, replicas", [("v3-8", 8), ("shim:v3-8", 8), ("v3-32:hosts=1", 32)]
+)
+def test_tf_keras_on_one_host_reports_one_devices_values(tf_keras_one_host, where, replicas):
     # Under fake_tpu() and through compat_distribute.TPUStrategy on the resolver:
     # the first replica's value, as on a TPU, which is the global one. Before,
-    # each per-batch value was the sum over the 8 replicas.
-    report = tf_keras_v3_8[where]
-    assert report["replicas"] == 8
-    assert_reports_as_one_device(report, tf_keras_v3_8["one-device"])
+    # each per-batch value was the sum over the replicas (32 of them on the v3-32).
+    report = tf_keras_one_host[where]
+    assert report["replicas"] == replicas
+    assert_reports_as_one_device(report, tf_keras_one_host["one-device"])
+
+
+@pytest.mark.multi_worker
+def test_tf_keras_on_a_pod_of_host_processes_reports_one_devices_values(tf_keras_one_host):
+    # A pod a process: connecting to it binds the process to its cluster. A v4-16
+    # (2 hosts of 4 cores): the hosts are the point here, 32 replicas the test above's.
+    got = reports(LEGACY_KERAS, "v4-16", timeout=600)["v4-16"]
+    assert got["replicas"] == 8
+    assert_reports_as_one_device(got, tf_keras_one_host["one-device"])
 
 
 @pytest.fixture(scope="module", name="keras_3_one_device")
@@ -102,17 +120,25 @@ def keras_3_one_device_fixture():
 
 
 @pytest.mark.requires_keras3
-@pytest.mark.parametrize("built", ["fake_tpu", "shim"])
-def test_keras_3_on_a_v3_8_logs_the_first_replicas_share_per_batch(keras_3_one_device, built):
+@pytest.mark.parametrize(
+    "built, topology, hosts",
+    [("fake_tpu", "v3-8", None), ("shim", "v3-8", None), ("fake_tpu", "v4-16", 1)],
+    ids=["v3-8-fake_tpu", "v3-8-shim", "v4-16-hosts-1"],
+)
+def test_keras_3_on_one_host_logs_the_first_replicas_share_per_batch(
+    keras_3_one_device, built, topology, hosts
+):
+    # A pod's preset on one host too (on this process's 8 CPUs); on one host
+    # predict's outputs come in input order without Keras' reordering.
     import keras
     import tensorflow as tf
 
     if built == "fake_tpu":
-        with testing.fake_tpu("v3-8"):
+        with testing.fake_tpu(topology, hosts=hosts):
             strategy = tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver())
             report = keras_logs.report(strategy, keras)
     else:
-        strategy = compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver("v3-8"))
+        strategy = compat_distribute.TPUStrategy(testing.FakeTPUClusterResolver(topology))
         report = keras_logs.report(strategy, keras)
     assert report["replicas"] == 8
     assert_first_batch_is(keras_3_one_device, keras_logs.BATCH)
@@ -120,30 +146,17 @@ def test_keras_3_on_a_v3_8_logs_the_first_replicas_share_per_batch(keras_3_one_d
     assert_same_results(report, keras_3_one_device)
 
 
-POD_PLACEMENTS = [
-    pytest.param("v3-32", marks=pytest.mark.multi_worker, id="v3-32-hosts-as-processes"),
-    pytest.param("v3-32:hosts=1", id="v3-32-hosts-1"),
-]
-
-
-@pytest.mark.parametrize("where", POD_PLACEMENTS)
-def test_tf_keras_on_a_v3_32_reports_one_devices_values(run_program, where):
-    # A pod a process: connecting to it binds the process to its cluster.
-    got = reports(run_program, LEGACY_KERAS, "one-device", where, timeout=600)
-    assert got[where]["replicas"] == 32
-    assert_reports_as_one_device(got[where], got["one-device"])
-
-
+@pytest.mark.multi_worker
 @pytest.mark.requires_keras3
-@pytest.mark.parametrize("where", POD_PLACEMENTS)
-def test_keras_3_on_a_v3_32_predicts_in_input_order(run_program, where):
+def test_keras_3_on_a_v3_32_pod_predicts_in_input_order(keras_3_one_device):
     # Keras 3 puts a TPU pod's outputs back in input order only for classes it
     # takes for a TPUStrategy; before the fake was one, predict came back in
-    # host-major order.
-    got = reports(run_program, KERAS_3, "one-device", where, timeout=600)
-    assert got[where]["replicas"] == 32
-    assert_first_batch_is(got[where], keras_logs.BATCH // 32)
-    assert_same_results(got[where], got["one-device"])
+    # host-major order. A v3-32 (4 hosts, 32 replicas): the issue's pod, whose
+    # first Keras 3 step took minutes (32 replicas traced one by one).
+    got = reports(KERAS_3, "v3-32", timeout=600)["v3-32"]
+    assert got["replicas"] == 32
+    assert_first_batch_is(got, keras_logs.BATCH // 32)
+    assert_same_results(got, keras_3_one_device)
 
 
 # Every place tf-keras branches on `is_tpu_strategy`, on the fake as on a TPU.
@@ -202,8 +215,10 @@ TF_KERAS_TPU_SITES = """
 """
 
 
-def test_tf_keras_takes_the_fake_for_a_tpu_where_it_asks(run_python):
-    result = run_python(TF_KERAS_TPU_SITES, timeout=300, env=LEGACY_KERAS)
+def test_tf_keras_takes_the_fake_for_a_tpu_where_it_asks():
+    result = programs.run_program(
+        ["-c", textwrap.dedent(TF_KERAS_TPU_SITES)], timeout=300, env=LEGACY_KERAS, shared_env=True
+    )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-5000:]
     out = json.loads(lines[-1][len("RESULT ") :])
@@ -230,7 +245,7 @@ def test_tf_keras_takes_the_fake_for_a_tpu_where_it_asks(run_python):
 
 @pytest.mark.requires_keras3
 def test_keras_3_takes_the_fake_for_a_tpu_whichever_name_built_it():
-    # Its pods' predict order asks by class name (see the v3-32 test above).
+    # Its pods' predict order asks by class name (see the v3-32 pod test above).
     from keras.src.backend.tensorflow import trainer
     import tensorflow as tf
 
