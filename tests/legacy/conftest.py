@@ -11,7 +11,6 @@ environment (tf-keras programs share one), or fresh where its exit is checked.
 """
 
 import os
-import textwrap
 import time
 
 import pytest
@@ -61,7 +60,7 @@ def two_workers_fixture():
 
 
 @pytest.fixture(name="run_legacy_script")
-def run_legacy_script_fixture(run_program):
+def run_legacy_script_fixture(run_python):
     def run(name, *args, timeout=240, topology="v4-8", env=None, exit_normally=False,
             with_stderr=False):
         """The script's output lines; `exit_normally` lets Python and TensorFlow end the
@@ -72,8 +71,8 @@ def run_legacy_script_fixture(run_program):
             path=path, args=list(args), timeout=timeout - 20, topology=topology,
             exit_normally=exit_normally,
         )
-        result = run_program(
-            ["-c", textwrap.dedent(driver)],
+        result = run_python(
+            driver,
             timeout=timeout,
             env=env,
             fresh=exit_normally,  # Its exit time is a fresh process's, TensorFlow's teardown included.

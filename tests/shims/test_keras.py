@@ -12,7 +12,6 @@ the same initial weights from the same seeds, so one reference serves both.
 import contextlib
 import json
 import os
-import textwrap
 import warnings
 
 import numpy as np
@@ -185,13 +184,13 @@ def _from_json(result):
     )
 
 
-def test_tf_keras_runs_steps_per_run_on_fake_tpu(reference, run_program):
+def test_tf_keras_runs_steps_per_run_on_fake_tpu(reference, run_python):
     # Keras 2 runs its multi-step loop without a nested tf.function: N steps
     # per execution work on 8 replicas, so the helper passes steps_per_run on.
     python_path = os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])
-    result = run_program(  # forked from the warm interpreter of tf-keras programs
-        ["-c", textwrap.dedent(KERAS_2_ON_FAKE_TPU)], timeout=300,
-        env=dict(LEGACY_KERAS, PYTHONPATH=python_path), shared_env=True,
+    result = run_python(  # forked from the warm interpreter of tf-keras programs
+        KERAS_2_ON_FAKE_TPU, timeout=300, env=dict(LEGACY_KERAS, PYTHONPATH=python_path),
+        shared_env=True,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])

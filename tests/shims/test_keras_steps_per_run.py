@@ -7,7 +7,6 @@ step count at each `on_train_batch_end` (Keras calls it once per execution).
 """
 
 import json
-import textwrap
 import warnings
 
 import numpy as np
@@ -171,10 +170,9 @@ TF_KERAS_NOTEBOOK = """
 """
 
 
-def test_tf_keras_compile_takes_steps_per_run_in_a_tf1_notebook(run_program):
-    result = run_program(  # forked from the warm interpreter of tf-keras programs
-        ["-c", textwrap.dedent(TF_KERAS_NOTEBOOK)], timeout=300, env=LEGACY_KERAS, shared_env=True
-    )
+def test_tf_keras_compile_takes_steps_per_run_in_a_tf1_notebook(run_python):
+    # Forked from the warm interpreter of tf-keras programs.
+    result = run_python(TF_KERAS_NOTEBOOK, timeout=300, env=LEGACY_KERAS, shared_env=True)
     assert result.returncode == 0, result.stderr[-4000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out == {"module": "tf_keras", "steps_per_execution": 4, "iterations": [4, 8]}

@@ -13,7 +13,6 @@ subprocesses.
 
 import json
 import os
-import textwrap
 
 import keras_logs
 import numpy as np
@@ -216,9 +215,7 @@ TF_KERAS_TPU_SITES = """
 
 
 def test_tf_keras_takes_the_fake_for_a_tpu_where_it_asks():
-    result = programs.run_program(
-        ["-c", textwrap.dedent(TF_KERAS_TPU_SITES)], timeout=300, env=LEGACY_KERAS, shared_env=True
-    )
+    result = programs.run_python(TF_KERAS_TPU_SITES, timeout=300, env=LEGACY_KERAS, shared_env=True)
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-5000:]
     out = json.loads(lines[-1][len("RESULT ") :])

@@ -66,13 +66,14 @@ def run_program(argv, *, timeout=120, env=None, cwd=None, fresh=False, shared_en
     )
 
 
-def run_python(code, *, timeout=120, env=None, fresh=False):
+def run_python(code, *, timeout=120, env=None, fresh=False, shared_env=False):
     """Runs `code` as `python -c` (see `run_program`); returns the CompletedProcess.
 
     `fresh=True`: a fresh process, for a program about a fresh interpreter
     (what is imported, import-time behaviour, exit timing).
     """
-    return run_program(["-c", textwrap.dedent(code)], timeout=timeout, env=env, fresh=fresh)
+    return run_program(["-c", textwrap.dedent(code)], timeout=timeout, env=env, fresh=fresh,
+                       shared_env=shared_env)
 
 
 def stop_warm_pythons():
