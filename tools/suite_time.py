@@ -2,12 +2,15 @@
 
 `python tools/suite_time.py COMMAND...` exits with the command's status. The CPU
 time is user + system of the command and every process it waited for (pytest's
-xdist workers, their subprocesses, pod hosts, cluster tasks): the measure that
-load from other users of a shared machine does not swing, where wall time does.
+xdist workers, their subprocesses, pod hosts, cluster tasks). Both swing with the
+machine's other load (CPU time less), so compare runs made side by side. A SIGTERM
+or SIGHUP sent to this process is passed on to the command, whose own clean-up
+then runs; a terminal's Ctrl-C reaches the command directly.
 """
 
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +20,11 @@ def main(argv):
     if not argv:
         sys.exit("usage: python tools/suite_time.py COMMAND [ARG...]")
     started = time.monotonic()
-    code = subprocess.call(argv)
+    command = subprocess.Popen(argv)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda signum, frame: command.send_signal(signum))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # The command, in our process group, gets it.
+    code = command.wait()
     wall = time.monotonic() - started
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = used.ru_utime + used.ru_stime
