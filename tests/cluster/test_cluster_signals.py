@@ -156,8 +156,11 @@ def test_a_sigterm_to_a_pytest_session_leaves_no_process_and_no_directory(tmp_pa
         start_new_session=True,
     )
     try:
-        assert wait_for(lambda: len(os.listdir(ready)) == tests, 240), os.listdir(ready)
-        held = [json.loads((ready / name).read_text()) for name in os.listdir(ready)]
+        def written():  # A test's file is written as N.tmp, then renamed N: only N is ready.
+            return [name for name in os.listdir(ready) if not name.endswith(".tmp")]
+
+        assert wait_for(lambda: len(written()) == tests, 240), os.listdir(ready)
+        held = [json.loads((ready / name).read_text()) for name in written()]
         directories = [directory for directory, _, _ in held]
         assert all(os.path.isdir(d) for d in directories)
         # Each cluster's gRPC servers listen, seen from inside its network.

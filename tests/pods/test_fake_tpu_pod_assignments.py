@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ElementTree
 import pod_helpers
 import pytest
 
+from compat_distribute.testing import deadlines
 from compat_distribute.testing._fake_tpu import topologies
 
 
@@ -242,6 +243,10 @@ def test_an_assignment_of_the_one_host_slice_is_refused_on_the_pod_naming_the_fi
 
 # -- The conformance behaviours on a pod (v4-16) -------------------------------
 
+# The whole conformance run on one pod: 123 s on an idle 2-core machine, over 300 s
+# at load 17. A test of it that stalls for 300 s has its stacks dumped.
+CONFORMANCE_TIMEOUT_S = 900
+
 @pytest.fixture(name="conformance_on_a_pod", scope="module")
 def conformance_on_a_pod_fixture(tmp_path_factory):
     """tests/conformance run by one pytest process on a v4-16 (2 hosts of 4 cores; a
@@ -250,12 +255,13 @@ def conformance_on_a_pod_fixture(tmp_path_factory):
     result = subprocess.run(
         [
             sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+            "-o", "faulthandler_timeout=300",
             "--fake-tpu-topology", "v4-16", f"--junitxml={report}",
             os.path.join(pod_helpers.TESTS, "conformance"),
         ],
         capture_output=True,
         text=True,
-        timeout=pod_helpers.program_timeout(),
+        timeout=deadlines.scaled(CONFORMANCE_TIMEOUT_S),
         cwd=pod_helpers.ROOT,
         env=pod_helpers.env(),
     )
