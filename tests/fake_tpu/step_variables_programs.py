@@ -145,15 +145,16 @@ def _pod():
 def main(program):
     """`python step_variables_programs.py one_host|pod`: prints `RESULT <json>` with
     the program's results and the warnings it raised."""
-    import os  # pylint: disable=g-import-not-at-top
     import warnings  # pylint: disable=g-import-not-at-top
+
+    from compat_distribute import _exit  # pylint: disable=g-import-not-at-top
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = {"one_host": _one_host, "pod": _pod}[program]()
     result["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
     print("RESULT " + json.dumps(result), flush=True)
-    os._exit(0)  # A pod's client may block at exit on a context whose hosts are gone.
+    _exit.end_process(0)  # atexit clean-up, then no wait on TensorFlow's teardown
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import numpy as np
 import pod_helpers
 import pytest
 from support.leftovers import cluster_dirs
+from support.load import bound
 from support.processes import descendants
 from support.processes import running
 from support.processes import wait_gone
@@ -308,7 +309,7 @@ def test_a_killed_host_fails_the_next_step_naming_it(pod_run):
     for kind, message, seconds in pod_run["dead_host_steps"]:
         assert kind == "UnavailableError"
         assert "/job:worker/replica:0/task:2/" in message
-        assert seconds < 10
+        assert seconds < bound(10)
     assert pod_run["check"] == [
         "ClusterTaskError",
         f"local_cluster: worker 2 (pid {pid}) was killed by SIGKILL.",
@@ -433,8 +434,7 @@ def test_the_smoke_command_runs_on_a_pod_and_leaves_nothing(tmp_path):
         8,
     )
     assert [c["name"] for c in report["checks"] if not c["ok"]] == []
-    # The hosts' directory is gone (AutoGraph's own temp files stay, as in any TF program).
-    assert [n for n in os.listdir(temp_dir) if n.startswith(workdir.PREFIX)] == []
+    assert os.listdir(temp_dir) == []  # the hosts' directory, AutoGraph's sources
 
 
 _POD_PROJECT = """
@@ -535,7 +535,7 @@ def test_a_killed_relay_is_named_and_fails_the_next_step(network_run):
         f"killed, since nothing can reach them)"
     )
     assert network_run["dead_relay_step"] == "UnavailableError"
-    assert network_run["dead_relay_step_s"] < 10
+    assert network_run["dead_relay_step_s"] < bound(10)
     assert network_run["relay_check"] == [
         "ClusterTaskError",
         f"local_cluster: relay (pid {pid}) was killed by SIGKILL.",

@@ -19,7 +19,6 @@ import os
 import pytest
 from support.processes import wait_gone
 
-from compat_distribute.testing.cluster import workdir
 
 CLIENT_TIMEOUT_S = 300
 # Global batches each client reads, of one element per replica (8 on a v4-16).
@@ -34,6 +33,7 @@ import json, os, sys, traceback
 import tensorflow as tf
 
 import compat_distribute
+from compat_distribute import _exit
 from compat_distribute.testing import fake_tpu
 
 
@@ -123,9 +123,8 @@ for offset in offsets:  # Forked before TensorFlow's context starts: clients of 
             print("RESULT " + json.dumps(dict(client(offset, batches), offset=offset)), flush=True)
         except BaseException:  # pylint: disable=broad-except
             traceback.print_exc()
-            sys.stderr.flush()
-            os._exit(1)
-        os._exit(0)  # The hosts are stopped; TensorFlow may block at exit on their context.
+            _exit.end_process(1)
+        _exit.end_process(0)  # atexit clean-up, then no wait on TensorFlow's teardown
     children.append(pid)
 failed = [pid for pid in children if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
 sys.exit(1 if failed else 0)
@@ -167,5 +166,6 @@ def test_two_pod_clients_side_by_side_get_their_own_values_and_leave_nothing(run
     pids = [p for r in results for p in r["hosts"] + ([r["relay"]] if r["relay"] else [])]
     assert len(set(pids)) == len(pids)
     assert wait_gone(pids) == []
-    # The hosts' directories (their logs and TMPDIRs) are gone too.
-    assert [n for n in os.listdir(tmp_path) if n.startswith(workdir.PREFIX)] == []
+    # The hosts' directories (their logs and TMPDIRs) are gone too, and so are
+    # AutoGraph's sources of the clients' functions.
+    assert os.listdir(tmp_path) == []
