@@ -79,7 +79,8 @@ else: # TPU pod
 CLASSES = ['daisy', 'dandelion', 'roses', 'sunflowers', 'tulips'] # do not change, maps to the labels in the data (folder names)
 
 IMAGE_SIZE = [32, 32]
-GCS_PATTERN = os.path.join(tempfile.mkdtemp(), '*.tfrec')
+_LOCAL_DATA = tempfile.TemporaryDirectory()  # removed at exit
+GCS_PATTERN = os.path.join(_LOCAL_DATA.name, '*.tfrec')
 VALIDATION_SPLIT = 0.19
 
 # Learning rate schedule

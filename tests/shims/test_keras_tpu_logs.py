@@ -204,12 +204,13 @@ TF_KERAS_TPU_SITES = """
 
     with fake.scope():
         model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
-    checkpoint = tempfile.mkdtemp() + "/weights"
-    model.save_weights(checkpoint)
-    try:
-        model.load_weights(checkpoint)
-    except ValueError as error:
-        out["load_weights"] = str(error)
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint = directory + "/weights"
+        model.save_weights(checkpoint)
+        try:
+            model.load_weights(checkpoint)
+        except ValueError as error:
+            out["load_weights"] = str(error)
     print("RESULT " + json.dumps(out))
 """
 
