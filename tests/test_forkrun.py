@@ -140,3 +140,23 @@ os._exit(0)  # no stop(): the warm interpreter is orphaned
     warm, child = (int(pid) for pid in result.stdout.split())
     assert wait_gone([child], 1.0) == []
     assert wait_gone([warm]) == [], f"the warm interpreter {warm} outlived its parent"
+
+
+# Writes a file in its temp dir, prints the dir, then exits with the status given.
+_LEAVES_A_FILE = """
+import sys, tempfile
+tempfile.mkstemp(prefix="left-")
+print(tempfile.gettempdir())
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["forked", "fresh"])
+def test_a_program_that_ends_well_must_leave_its_temp_dir_empty(run_program, fresh):
+    with pytest.raises(AssertionError, match=r"ended with status 0 but left \['left-\w+'\]"):
+        run_program(["-c", _LEAVES_A_FILE, "0"], fresh=fresh)
+    # A failing program's leftovers are no error of their own; either way they go.
+    failed = run_program(["-c", _LEAVES_A_FILE, "1"], fresh=fresh)
+    temp_dir = failed.stdout.strip()
+    assert failed.returncode == 1 and os.path.basename(temp_dir).startswith("program-")
+    assert not os.path.exists(temp_dir)
