@@ -205,7 +205,8 @@ def test_programs_end_promptly_when_their_distributed_iterators_die():
         "TF1 session": ["steps checked True"],
         "Keras 3 fit": ["batches True kernel 2.0"],
     }
-    slow = {name: t for name, t in teardowns.items() if t >= bound(TEARDOWN_BOUND_SECONDS)}
+    teardown_bound = bound(TEARDOWN_BOUND_SECONDS)
+    slow = {name: t for name, t in teardowns.items() if t >= teardown_bound}
     assert not slow, f"seconds from the end of feeding to the iterators' death: {teardowns}"
     exit_bound = bound(EXIT_BOUND_SECONDS)
     slow = {name: round(t, 1) for name, (_, t) in results.items() if t >= exit_bound}

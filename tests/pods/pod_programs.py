@@ -620,7 +620,6 @@ def main(programs):
     name, *args = sys.argv[1:]
     result = programs[name](*args)
     print("RESULT " + json.dumps(result), flush=True)
-    sys.stdout.flush()
     if name not in ENDING_AS_A_USER_PROGRAM:
         _exit.end_process(0)  # atexit clean-up, then no wait on TensorFlow's teardown
 

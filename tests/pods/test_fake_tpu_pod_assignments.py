@@ -247,6 +247,7 @@ def test_an_assignment_of_the_one_host_slice_is_refused_on_the_pod_naming_the_fi
 # at load 17. A test of it that stalls for 300 s has its stacks dumped.
 CONFORMANCE_TIMEOUT_S = 900
 
+
 @pytest.fixture(name="conformance_on_a_pod", scope="module")
 def conformance_on_a_pod_fixture(tmp_path_factory):
     """tests/conformance run by one pytest process on a v4-16 (2 hosts of 4 cores; a
