@@ -18,6 +18,7 @@ from plugin_helpers import POD_CORES
 from plugin_helpers import POD_HOSTS
 from plugin_helpers import clean_environment  # noqa: F401  # autouse
 from plugin_helpers import usage_error
+from support.load import bound
 
 pytest_plugins = ["pytester"]
 
@@ -120,7 +121,7 @@ def test_named_tpu_that_is_not_reachable_fails_the_session(pytester, monkeypatch
     pytester.makepyfile("def test_never_runs():\n    raise AssertionError('ran')\n")
     start = time.monotonic()
     stderr = usage_error(pytester.runpytest("--tpu=nonexistent-tpu", *args))
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < bound(30)
     assert len(connects) == (1 if "no:xdist" in args else 0)
     assert (
         "ERROR: --tpu=nonexistent-tpu (from the command line): TPU 'nonexistent-tpu' is not "
@@ -164,7 +165,7 @@ def test_tpu_connect_timeout_reports_where_it_blocked():
         _backend.choose(settings, timeout=0.3, connect_fn=hanging_connect_and_initialize)
     elapsed = time.monotonic() - start
     release.set()
-    assert 0.3 <= elapsed < 2
+    assert 0.3 <= elapsed < 0.3 + bound(1.7)
     message = str(raised.value)
     assert message.startswith("TPU 'stuck-tpu' did not connect and initialise within 0.3 s.")
     assert "in hanging_connect_and_initialize\n    release.wait(10)" in message
