@@ -9,6 +9,7 @@ too, parsed by the plugin's own parsers (loaded on first use: the core imports
 no harness module). Imports no TensorFlow.
 """
 
+import argparse
 import dataclasses
 import difflib
 import os
@@ -83,6 +84,19 @@ class Count:
         if value is None:
             raise ValueError(self.accepts)
         return value
+
+
+def argument_type(parse):
+    """Shared parser `parse` as an argparse type: a refused value is a usage
+    error naming what it accepts and what it got."""
+
+    def parse_argument(text):
+        try:
+            return parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {parse.accepts}; got {text!r}") from None
+
+    return parse_argument
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from compat_distribute import _env
+
 INCARNATION = "Invalid incarnation"
 
 
@@ -53,8 +55,8 @@ def _run_round(args, round_index, env):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=3, choices=range(1, 9), metavar="1-8")
-    parser.add_argument("--rounds", type=int, default=10, choices=range(1, 101), metavar="1-100")
+    parser.add_argument("--clients", type=_env.argument_type(_env.Count(8)), default=3)
+    parser.add_argument("--rounds", type=_env.argument_type(_env.Count(100)), default=10)
     parser.add_argument("--topology", default="v4-16")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a round may take")
     parser.add_argument("--out", required=True, help="directory for each client's output")

@@ -45,18 +45,6 @@ def _version():
     return compat_distribute.__version__
 
 
-def _argument(parse):
-    """An argparse type: one of the shared parsers of `compat_distribute._env`."""
-
-    def parse_argument(text):
-        try:
-            return parse(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {parse.accepts}; got {text!r}") from None
-
-    return parse_argument
-
-
 def _setting(name):
     """An argparse type: the parser of the pytest plugin's setting `name`."""
     from compat_distribute.testing.pytest import options  # pylint: disable=g-import-not-at-top
@@ -133,7 +121,7 @@ def build_smoke_parser():
     )
     parser.add_argument(
         "--steps-per-run",
-        type=_argument(_env.Count(MAX_STEPS_PER_RUN)),
+        type=_env.argument_type(_env.Count(MAX_STEPS_PER_RUN)),
         default=DEFAULT_STEPS_PER_RUN,
         metavar="N",
         help=f"the strategy's steps_per_run: steps per on-device loop, 1 to "
@@ -142,7 +130,7 @@ def build_smoke_parser():
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument(
         "--timeout",
-        type=_argument(_env.Number(_env.MAX_SECONDS, "a number of seconds")),
+        type=_env.argument_type(_env.Number(_env.MAX_SECONDS, "a number of seconds")),
         default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
         help=f"give up (and dump stacks) after this long (default {DEFAULT_TIMEOUT_S})",
