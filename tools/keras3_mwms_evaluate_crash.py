@@ -1,6 +1,6 @@
 """Counts crashes of Keras 3's `evaluate` after `fit` under a one-worker MultiWorkerMirroredStrategy.
 
-    python tools/keras3_mwms_evaluate_crash.py --processes 3 --iterations 40
+    python tools/keras3_mwms_evaluate_crash.py --processes 4 --iterations 40
     .venv-nightly/bin/python tools/keras3_mwms_evaluate_crash.py      # a newer TensorFlow
 
 A TensorFlow and Keras issue, not this package's: the processes it starts import
@@ -8,9 +8,9 @@ neither compat_distribute nor its tests. Each process builds, fits and evaluates
 model `--iterations` times. On TensorFlow 2.21 with Keras 3.15 (and tf-nightly
 2.23 with keras-nightly 3.16) some die of SIGSEGV or SIGABRT ("munmap_chunk():
 invalid pointer") where `evaluate` drops its first distributed iterator
-(docs/versions.md). The processes run at once, since the crash comes more often
-on a loaded machine. One line a process; the last says `processes=P crashed=C`;
-the exit status is 1 when any crashed.
+(docs/versions.md). The crash wants CPU contention: run it beside a test run. One
+line a process; the last says `processes=P crashed=C`; the exit status is 1 when
+any crashed.
 """
 
 import argparse
@@ -28,11 +28,12 @@ import faulthandler, sys
 faulthandler.enable()
 import numpy as np
 import tensorflow as tf
-import keras
 
 # 8 CPU devices, as under the test suite's plugin; the strategy uses one.
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 8)
+import keras
+
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 x = np.random.RandomState(0).randn(64, 4).astype("float32")
 y = x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32") + 1.0
@@ -41,7 +42,7 @@ for i in range(int(sys.argv[1])):
         model = keras.Sequential(
             [keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
         )
-        model.compile(optimizer=keras.optimizers.SGD(0.08), loss="mse")
+        model.compile(optimizer=keras.optimizers.SGD(0.08), loss="mse", steps_per_execution=1)
     model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
     model.evaluate(x, y, batch_size=16, verbose=0)
     print("iteration", i, flush=True)
@@ -56,26 +57,30 @@ def _outcome(returncode):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--processes", type=_env.argument_type(_env.Count(8)), default=3)
+    parser.add_argument("--processes", type=_env.argument_type(_env.Count(8)), default=4)
     parser.add_argument("--iterations", type=_env.argument_type(_env.Count(1000)), default=40)
     parser.add_argument("--timeout", type=_env.argument_type(_env.Number(_env.MAX_SECONDS)),
                         default=1800, help="seconds, for all processes")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.timeout
-    with tempfile.TemporaryDirectory(prefix="mwms-evaluate-") as logs:
+    with tempfile.TemporaryDirectory(prefix="mwms-evaluate-") as work:
+        program = os.path.join(work, "fit_evaluate.py")
+        with open(program, "w") as f:
+            f.write(PROGRAM)
         runs = []
         for n in range(args.processes):
-            log = open(os.path.join(logs, f"{n}.log"), "w+")
-            child = subprocess.Popen([sys.executable, "-c", PROGRAM, str(args.iterations)],
-                                     stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+            log = open(os.path.join(work, f"{n}.log"), "w+")
+            # In this process's session: a session of its own would give each its
+            # own share of the CPU (Linux's autogroups), and the crash wants contention.
+            child = subprocess.Popen([sys.executable, program, str(args.iterations)],
+                                     stdout=log, stderr=subprocess.STDOUT, cwd=work)
             runs.append((child, log))
         crashed = 0
         for n, (child, log) in enumerate(runs):
             try:
                 child.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
+                child.kill()
                 child.wait()
             log.seek(0)
             lines = log.read().splitlines()
