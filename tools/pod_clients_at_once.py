@@ -58,7 +58,8 @@ def main(argv=None):
     parser.add_argument("--clients", type=_env.argument_type(_env.Count(8)), default=3)
     parser.add_argument("--rounds", type=_env.argument_type(_env.Count(100)), default=10)
     parser.add_argument("--topology", default="v4-16")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a round may take")
+    parser.add_argument("--timeout", type=_env.argument_type(_env.Number(_env.MAX_SECONDS)),
+                        default=600.0, help="seconds a round may take")
     parser.add_argument("--out", required=True, help="directory for each client's output")
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
