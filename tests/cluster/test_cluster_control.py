@@ -18,6 +18,7 @@ from support.load import bound
 from compat_distribute.testing.cluster import ClusterError
 from compat_distribute.testing.cluster import ClusterTaskError
 from compat_distribute.testing.cluster import local_cluster
+from compat_distribute.testing.cluster import watcher as watcher_lib
 
 
 @pytest.fixture(scope="module", name="pair")
@@ -53,6 +54,43 @@ def test_a_killed_task_stays_down_until_started_again_at_its_address(pair, sig, 
     # Its log goes on from the earlier process's.
     ending = f"pid {old_pid} got SIGTERM: it ends now."
     assert (ending in pair.output("worker", 1)) == (sig == signal.SIGTERM)
+
+
+@pytest.mark.multi_worker(2)
+def test_kill_task_waits_out_a_watcher_that_holds_the_cluster_and_returns_with_the_task_down(monkeypatch, temp_dir):
+    # The watcher is held inside its look at the tasks, as a loaded machine
+    # can hold it; kill_task must not return before it has marked the task down.
+    in_watcher, go_on = threading.Event(), threading.Event()
+    real_init = watcher_lib.Watcher.__init__
+
+    def held_watcher(self, lock, notice, streamer):
+        def notice_when_let_go():
+            in_watcher.set()
+            go_on.wait(60)
+            notice()
+
+        real_init(self, lock, notice_when_let_go, streamer)
+
+    monkeypatch.setattr(watcher_lib.Watcher, "__init__", held_watcher)
+    c = local_cluster(2, timeout=60)
+    try:
+        c.start()
+        pids = c.pids
+        assert in_watcher.wait(bound(10))
+        killer = threading.Thread(target=c.kill_task, args=("worker", 1))
+        killer.start()
+        killer.join(0.5)
+        assert killer.is_alive()
+        go_on.set()
+        killer.join(bound(10))
+        assert not killer.is_alive() and c.pids == [pids[0], None] and not c.running
+        c.start_task("worker", 1)
+        assert c.run(tasks.all_reduce_sum, 1.0) == [[2.0], [2.0]]
+        pids.append(c.pids[1])
+    finally:
+        go_on.set()
+        c.stop()
+    assert_no_leaks(pids)
 
 
 @pytest.mark.multi_worker(2)

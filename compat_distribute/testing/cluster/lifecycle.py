@@ -95,6 +95,7 @@ class LocalCluster:
         self._call_count = 0
         self._lock = threading.RLock()  # A run, a start, a restart: one at a time.
         self._watcher = None
+        self._in_call = False  # A run's call is out (see `kill_task`).
 
     # -- Public surface ------------------------------------------------------
 
@@ -204,11 +205,15 @@ class LocalCluster:
                 pending=[task.name],
                 stacks={},
             )
-        if self._lock.acquire(blocking=False):  # Else a run deals with it.
-            try:
-                self._notice_deaths()
-            finally:
-                self._lock.release()
+        # The watcher holds the lock for a moment: wait for it. A run holds it
+        # throughout and meets the death itself (or the watcher after it).
+        while not self._lock.acquire(timeout=watcher_lib.INTERVAL_S):
+            if self._in_call:
+                return
+        try:
+            self._notice_deaths()
+        finally:
+            self._lock.release()
 
     def stop(self):
         """Asks every task to exit, kills their process groups, reaps them."""
@@ -415,6 +420,7 @@ class LocalCluster:
     def _call(self, keys, call_id, call, function):
         """Sends the pickled `call` to the tasks `keys`; their results in task order."""
         starts = {t.name: t.output_size() for t in self._launcher.tasks}
+        self._in_call = True
         try:
             targets = [self._task(key) for key in keys]
             outcome = calls.collect(self, targets, call, call_id, self._timeout)
@@ -431,6 +437,8 @@ class LocalCluster:
             # KeyboardInterrupt, or an error on the way: leave nothing running.
             self._teardown(self._failure or "after an interrupted run")
             raise
+        finally:
+            self._in_call = False
 
     def _keep_logs(self):
         """Keeps every task's log past the teardown (see `workdir.keep_logs`); the path."""
