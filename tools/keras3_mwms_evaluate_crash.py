@@ -14,6 +14,7 @@ any crashed.
 """
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -63,17 +64,19 @@ def main(argv=None):
                         default=1800, help="seconds, for all processes")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.timeout
-    with tempfile.TemporaryDirectory(prefix="mwms-evaluate-") as work:
+    with tempfile.TemporaryDirectory(prefix="mwms-evaluate-") as work, contextlib.ExitStack() as stack:
         program = os.path.join(work, "fit_evaluate.py")
         with open(program, "w") as f:
             f.write(PROGRAM)
         runs = []
         for n in range(args.processes):
-            log = open(os.path.join(work, f"{n}.log"), "w+")
+            log = stack.enter_context(open(os.path.join(work, f"{n}.log"), "w+"))
             # In this process's session: a session of its own would give each its
             # own share of the CPU (Linux's autogroups), and the crash wants contention.
-            child = subprocess.Popen([sys.executable, program, str(args.iterations)],
-                                     stdout=log, stderr=subprocess.STDOUT, cwd=work)
+            child = stack.enter_context(subprocess.Popen(
+                [sys.executable, program, str(args.iterations)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=work))
+            stack.callback(child.kill)  # An interrupted tool leaves none running.
             runs.append((child, log))
         crashed = 0
         for n, (child, log) in enumerate(runs):
@@ -84,7 +87,6 @@ def main(argv=None):
                 child.wait()
             log.seek(0)
             lines = log.read().splitlines()
-            log.close()
             done = sum(line.startswith("iteration ") for line in lines)
             if child.returncode in (-signal.SIGSEGV, -signal.SIGABRT):
                 crashed += 1
