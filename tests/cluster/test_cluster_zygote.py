@@ -65,6 +65,25 @@ def test_tasks_are_forked_by_one_zygote_unless_it_is_switched_off(temp_dir, monk
     assert os.listdir(temp_dir) == []
 
 
+@pytest.mark.multi_worker(2)
+def test_a_task_started_alone_first_is_forked_and_so_are_the_rest(temp_dir, monkeypatch):
+    monkeypatch.setenv("COMPAT_DISTRIBUTE_ZYGOTE", "1")
+    launched, hooks = _recorder()
+    c = local_cluster(2, timeout=60, hooks=hooks)
+    try:
+        c.start_task("worker", 1)
+        zygote_pid = c.zygote_pid
+        assert zygote_pid is not None and c.pids[0] is None
+        c.start()
+        pids = c.pids
+        assert [_parent(p) for p in pids] == [zygote_pid, zygote_pid]
+        assert c.run(tasks.all_reduce_sum, 1.0) == [[2.0], [2.0]]
+    finally:
+        c.stop()
+    assert launched == [("zygote", zygote_pid), ("worker 1", pids[1]), ("worker 0", pids[0])]
+    assert_no_leaks([pid for _, pid in launched])
+
+
 @pytest.mark.parametrize("value", ["2", "fork"])
 def test_a_bad_switch_is_refused_naming_the_accepted_values(value):
     with pytest.raises(ValueError) as raised:

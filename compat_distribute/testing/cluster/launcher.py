@@ -206,13 +206,14 @@ class Launcher:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def spawn(self, task_specs, helper_specs=()):
-        """Starts a process per spec (a zygote first where it would fork two or
-        more); on any failure kills those started and re-raises. Returns the tasks."""
+    def spawn(self, task_specs, helper_specs=(), planned=None):
+        """Starts a process per spec (a zygote first where the launch would fork
+        two or more: `planned`, every spec it will start, by default these); on
+        any failure kills those started and re-raises. Returns the tasks."""
         task_specs, helper_specs = list(task_specs), list(helper_specs)
         if not self._zygote_considered:  # Once per launch: a later spawn starts fresh processes.
             self._zygote_considered = True
-            self._start_zygote(task_specs + helper_specs)
+            self._start_zygote(task_specs + helper_specs if planned is None else list(planned))
         launched = []
         try:
             for spec in task_specs + helper_specs:

@@ -294,7 +294,8 @@ class LocalCluster:
             named = tf_config.in_cluster_spec(self._keys)
             self._cluster_spec = tf_config.cluster_spec(named, launcher.pick_ports(len(named)))
             self._specs = {key: self._task_spec(*key) for key in self._keys}
-            launcher.spawn([self._specs[key] for key in keys])
+            # The zygote is for every task, those `start()` starts later included.
+            launcher.spawn([self._specs[key] for key in keys], planned=self._specs.values())
             launcher.wait_ready()
         self._down = {key: "not started" for key in self._keys if key not in keys}
         streamer = None
