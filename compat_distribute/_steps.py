@@ -134,8 +134,10 @@ def experimental_run_steps_on_iterator(
     `run_op` the number of steps run, an output of the loop. In eager mode the
     steps have run when the call returns; in graph mode, as in TF1, they run
     when `run_op` or `last_step_outputs` is fetched, once per `Session.run`
-    whatever is fetched. `initial_loop_values` is accepted for V1
-    compatibility; as in TF1, `fn` does not see it.
+    whatever is fetched. In a graph, as in TF1, `fn` is built once and the
+    loop carries the outputs it sets, starting from `initial_loop_values`
+    (one value per output, in name order); `fn` does not see them. Eager
+    loops ignore them.
     """
     _validate.function("fn", fn, hint=" Pass fn(ctx, inputs), called once a step.")
     _validate.step_iterator("iterator", iterator, method="get_next")
@@ -187,13 +189,15 @@ def _make_iterator_loop(extended, fn, iterator):
 def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
     """The TF1 graph version: a `tf.while_loop` in the caller's graph, no `tf.function`.
 
-    As in TF1, `fn` builds ordinary graph ops (its variables are created the
-    TF1 way, not lifted out of a function), and what runs each step is what
-    `fn` returns and the outputs it sets. The first step is built before the
-    loop so that the loop carries outputs of a known structure; it runs
-    before the loop, which runs `iterations - 1` more. One step (`iterations`
-    known to be 1) builds no loop, as TPUExtended does, so the values `fn` set
-    with `set_non_tensor_output` are the caller graph's and can be fetched.
+    As in TF1, `fn` is built once, into ordinary graph ops (its variables are
+    created the TF1 way, not lifted out of a function), and what runs each step
+    is what `fn` returns and the outputs it sets. The loop carries the last
+    step's outputs, so, as TF1 required, `initial_loop_values` holds one
+    initial value per output (in name order): on a TPU strategy the loop
+    carries it once per replica, as TPUExtended's; elsewhere once per local
+    result, as MirroredExtended's. One step (`iterations` known to be 1)
+    builds no loop, as TPUExtended does, so the values `fn` set with
+    `set_non_tensor_output` are the caller graph's and can be fetched.
     """
     import tensorflow as tf
 
@@ -203,6 +207,9 @@ def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
         )
     strategy = _tf.container_strategy(extended)
     ctx = _tf.MultiStepContext()
+    # A TPU strategy (V1: it has steps_per_run) runs `fn` in each replica, so
+    # its loop carries each output once per replica.
+    replicas = strategy.num_replicas_in_sync if getattr(extended, "steps_per_run", None) else 0
 
     def step():
         result = fn(ctx, iterator.get_next())
@@ -210,41 +217,44 @@ def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
             name: tuple(strategy.experimental_local_results(value))
             for name, value in ctx.last_step_outputs.items()
         }
-        return [r for r in tf.nest.flatten(result) if r is not None], outputs
-
-    # Every op of the first step depends on `iterations`, and so on its check.
-    with strategy.scope(), tf.control_dependencies([iterations]):
-        first_ops, first = step()
-        if not first_ops and not first:
+        ops = [r for r in tf.nest.flatten(result) if r is not None]
+        if not ops and not outputs:
             raise ValueError(
                 "experimental_run_steps_on_iterator: in a graph, fn must return the "
                 "op(s) each step runs or set an output with "
                 "ctx.set_last_step_output(name, value); this fn did neither, so "
                 "nothing would run it (TF1 ran no step either). Return the train op."
             )
+        return ops, outputs
 
-        def body(i, *flat):
-            del flat
-            ops, outputs = step()
-            flat = tf.nest.flatten(outputs)
-            # The count depends on the step, so fetching it alone runs the step.
-            with tf.control_dependencies(ops + flat):
-                return [i + 1] + [tf.identity(t) for t in flat]
-
-        with tf.control_dependencies(first_ops + tf.nest.flatten(first)):
-            start = tf.constant(1, tf.int64)
+    # Every op of the steps depends on `iterations`, and so on its check.
+    with strategy.scope(), tf.control_dependencies([iterations]):
         if tf.get_static_value(iterations) == 1:
-            # As on a TPU: one step builds no loop and runs in the caller's graph,
-            # so the values it set with set_non_tensor_output can be fetched.
-            outputs, steps_run = first, start
+            ops, outputs = step()
+            with tf.control_dependencies(ops + tf.nest.flatten(outputs)):
+                steps_run = tf.constant(1, tf.int64)
         else:
+            initial = [tf.convert_to_tensor(v) for v in tf.nest.flatten(initial_loop_values or {})]
+            carried = initial * replicas if replicas else initial
+            built = {}
+
+            def body(i, *flat):
+                del flat
+                ops, outputs = step()
+                built["outputs"] = outputs
+                flat = _carried_outputs(outputs, replicas)
+                _check_carried(carried, flat, outputs, replicas)
+                # The count depends on the step, so fetching it alone runs the step.
+                with tf.control_dependencies(ops + flat):
+                    return [i + 1] + [tf.identity(t) for t in flat]
+
             loop = tf.while_loop(
                 lambda i, *flat: i < iterations,
                 body,
-                [start] + tf.nest.flatten(first),
+                [tf.constant(0, tf.int64)] + carried,
                 parallel_iterations=1,
             )
-            outputs = tf.nest.pack_sequence_as(first, loop[1:])
+            outputs = _outputs_of_loop(built["outputs"], loop[1:], replicas)
             with tf.control_dependencies(loop[1:]):
                 steps_run = tf.identity(loop[0])
     reduce_ops = _tf.last_step_reduce_ops(ctx)
@@ -255,6 +265,60 @@ def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
     done = _tf.multi_step_context(last, reduce_ops, ctx.non_tensor_outputs)
     done.run_op = steps_run
     return done
+
+
+def _carried_outputs(outputs, replicas):
+    """The loop values of one step's `outputs` ({name: local results}): in name
+    order; per replica first where `replicas` (a reduced output repeated)."""
+    if not replicas:
+        return [t for name in sorted(outputs) for t in outputs[name]]
+    return [outputs[name][r % len(outputs[name])] for r in range(replicas) for name in sorted(outputs)]
+
+
+def _outputs_of_loop(outputs, flat, replicas):
+    """{name: local results} from the loop's values (`_carried_outputs`' order)."""
+    names = sorted(outputs)
+    if not replicas:
+        flat, result = list(flat), {}
+        for name in names:
+            result[name], flat = tuple(flat[: len(outputs[name])]), flat[len(outputs[name]) :]
+        return result
+    per_name = {name: [flat[r * len(names) + k] for r in range(replicas)] for k, name in enumerate(names)}
+    return {name: tuple(per_name[name][: len(outputs[name])]) for name in names}
+
+
+def _check_carried(carried, flat, outputs, replicas):
+    """Raises, as TF's TPU loop does, where the step's outputs do not match the
+    values the loop starts with (`initial_loop_values`)."""
+    have = [t.dtype for t in carried]
+    want = [t.dtype for t in flat]
+    if have == want:
+        return
+    names = sorted(outputs)
+
+    def zeros(t):
+        return f"tf.zeros({t.shape.as_list()}, tf.{t.dtype.name})"
+
+    example = ", ".join(
+        f"{name!r}: " + (zeros(outputs[name][0]) if replicas or len(outputs[name]) == 1
+                         else f"[{', '.join(zeros(t) for t in outputs[name])}]")
+        for name in names
+    )
+    per = "output" if replicas else "local result of each output (one for a reduced output)"
+    hint = (
+        f" The steps set the outputs {names}: initial_loop_values needs one initial value per "
+        f"{per}, in name order; it holds {len(carried) // (replicas or 1)}. Pass, as TF1 "
+        f"required, initial_loop_values={{{example}}}."
+    )
+    if replicas:  # TPUExtended's training loop says so in these words.
+        raise TypeError(
+            f"Mismatch between input types and output types for training loop body: "
+            f"{have} vs {want}.{hint}"
+        )
+    raise ValueError(
+        f"experimental_run_steps_on_iterator: the loop starts with {len(have)} value(s) of "
+        f"initial_loop_values, {have}, but each step gives {len(want)}, {want}.{hint}"
+    )
 
 
 class RunStepsMixin:

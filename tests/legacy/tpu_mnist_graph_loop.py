@@ -38,7 +38,7 @@ def train_input_fn(batch_size):
 
 
 def model_fn(images):
-    with tf.compat.v1.variable_scope("softmax", reuse=tf.compat.v1.AUTO_REUSE):
+    with tf.compat.v1.variable_scope("softmax"):
         weights = tf.compat.v1.get_variable(
             "weights", [PIXELS, NUM_CLASSES], initializer=tf.compat.v1.zeros_initializer()
         )
@@ -73,7 +73,8 @@ def main(argv):
             ctx.set_last_step_output("loss", loss, reduce_op=tf.distribute.ReduceOp.MEAN)
 
         ctx = strategy.extended.experimental_run_steps_on_iterator(
-            step_fn, iterator, iterations=strategy.steps_per_run
+            step_fn, iterator, iterations=strategy.steps_per_run,
+            initial_loop_values={"loss": tf.constant(1e7)},
         )
         loss = ctx.last_step_outputs["loss"]
 

@@ -314,7 +314,30 @@ def check_run_steps_on_iterator(strategy, r):
     def batch_sum(step):  # the sum of the global batch of the step-th batch (from 1)
         return sum(range((step - 1) * n, step * n))
 
-    ctx = strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations=3)
+    # The loop carries the last step's outputs: as in TF1, their initial values.
+    initial = {"last": tf.zeros([], tf.int64)}
+    if r.mode == "graph":
+        with pytest.raises((TypeError, ValueError)) as refused:
+            strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations=3)
+        hint = (
+            "The steps set the outputs ['last']: initial_loop_values needs one initial value "
+            "per {}, in name order; it holds 0. Pass, as TF1 required, "
+            "initial_loop_values={{'last': tf.zeros([], tf.int64)}}."
+        )
+        if getattr(strategy.extended, "steps_per_run", None):  # TPUExtended's words
+            assert type(refused.value) is TypeError and str(refused.value) == (
+                f"Mismatch between input types and output types for training loop body: [] vs "
+                f"[{', '.join(['tf.int64'] * n)}]. " + hint.format("output")
+            )
+        else:
+            assert type(refused.value) is ValueError and str(refused.value) == (
+                "experimental_run_steps_on_iterator: the loop starts with 0 value(s) of "
+                "initial_loop_values, [], but each step gives 1, [tf.int64]. "
+                + hint.format("local result of each output (one for a reduced output)")
+            )
+    ctx = strategy.extended.experimental_run_steps_on_iterator(
+        step_fn, iterator, iterations=3, initial_loop_values=initial
+    )
     assert ctx.non_tensor_outputs == {"label": "v1-loop"}
     assert r.value(ctx.run_op) == 3  # fetching run_op alone runs the steps
     assert r.value(counter) == 3
@@ -327,11 +350,11 @@ def check_run_steps_on_iterator(strategy, r):
         assert r.value(ctx.last_step_outputs) == {"last": batch_sum(3)}
         done = 3
     # iterations as a variable, read at each call.
-    ctx = strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations)
+    ctx = strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations, initial)
     assert r.value(ctx.run_op) == 2 and r.value(counter) == done + 2
     r.assign(iterations, 4)
     if r.mode == "eager":  # read when called
-        ctx = strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations)
+        ctx = strategy.extended.experimental_run_steps_on_iterator(step_fn, iterator, iterations, initial)
     assert r.value(ctx.run_op) == 4 and r.value(counter) == done + 6
     with pytest.raises(
         ValueError, match=r"iterations must be a positive int \(>= 1\); got 0 \(int\)"
