@@ -136,7 +136,8 @@ _COLLECTIVE_PARAMS = (
 # From TF 1.12-1.15's tensorflow/contrib/{distribute,cluster_resolver}/__init__.py.
 ROUTES = (
     Route("distribute", "TPUStrategy", "compat_distribute.tpu:TPUStrategy", "1.12-1.15",
-          note="TF 1.13-1.15's signature (resolver, steps_per_run, device_assignment)"),
+          note="TF 1.13-1.15's signature (resolver, steps_per_run, device_assignment); TF "
+          "1.12's `num_cores` is refused, naming `device_assignment`"),
     Route("distribute", "initialize_tpu_system",
           _TF + "tpu.experimental.initialize_tpu_system", "1.14-1.15"),
     Route("distribute", "CollectiveAllReduceStrategy",

@@ -64,7 +64,14 @@ def is_tpu_resolver(value):
     return isinstance(value, tf.distribute.cluster_resolver.TPUClusterResolver)
 
 
-def _check_args(tpu_cluster_resolver, steps_per_run, device_assignment):
+def _check_args(tpu_cluster_resolver, steps_per_run, device_assignment, num_cores=None):
+    if num_cores is not None:
+        raise TypeError(
+            f"TPUStrategy(): num_cores={_validate.show(num_cores)} is TF 1.12's argument, "
+            f"which TF 1.13 replaced with device_assignment. Drop it to use every core of "
+            f"the TPU (what num_cores=None did), or pass device_assignment="
+            f"tf.tpu.experimental.DeviceAssignment.build(topology, num_replicas=N) to use N."
+        )
     _validate.cluster_resolver(
         "tpu_cluster_resolver",
         tpu_cluster_resolver,
@@ -117,15 +124,20 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2, metaclass=_TPUStrateg
     of `run_steps`. The V1 members are served from the member table. A
     `DeviceAssignment` passed second is taken as `device_assignment`, as TF
     2.0-2.2's `tf.distribute.experimental.TPUStrategy(resolver, assignment)`
-    passed it (`install()` routes that spelling here).
+    passed it (`install()` routes that spelling here). TF 1.12's `num_cores`
+    is refused, naming `device_assignment`, which replaced it.
 
     With a resolver that builds its own backend (such as
     `compat_distribute.testing.FakeTPUClusterResolver`), the call returns that
     backend's strategy instead.
     """
 
-    def __new__(cls, tpu_cluster_resolver=None, steps_per_run=None, device_assignment=None):
-        steps, assignment = _check_args(tpu_cluster_resolver, steps_per_run, device_assignment)
+    def __new__(
+        cls, tpu_cluster_resolver=None, steps_per_run=None, device_assignment=None, *, num_cores=None
+    ):
+        steps, assignment = _check_args(
+            tpu_cluster_resolver, steps_per_run, device_assignment, num_cores
+        )
         if tpu_cluster_resolver is None:
             # TF1's default, TPUClusterResolver(""), under its public name: inside
             # fake_tpu() that name builds the fake's resolver.
@@ -149,7 +161,10 @@ class TPUStrategy(_steps.RunStepsMixin, _tf.TPUStrategyV2, metaclass=_TPUStrateg
             return strategy
         return super().__new__(cls)
 
-    def __init__(self, tpu_cluster_resolver=None, steps_per_run=None, device_assignment=None):
+    def __init__(
+        self, tpu_cluster_resolver=None, steps_per_run=None, device_assignment=None, *, num_cores=None
+    ):
+        del num_cores  # Refused by __new__.
         steps, assignment = _check_args(tpu_cluster_resolver, steps_per_run, device_assignment)
         _tpu_discovery.require_tpu_for(tpu_cluster_resolver)
         super().__init__(tpu_cluster_resolver, experimental_device_assignment=assignment)

@@ -166,6 +166,22 @@ def test_a_device_assignment_passed_second_is_taken_as_one(tf_init_calls):
     assert len(tf_init_calls) == 1
 
 
+def test_tf_1_12s_num_cores_is_refused_naming_device_assignment_before_anything_starts(tf_init_calls):
+    # TF 1.12's contrib signature: TPUStrategy(tpu_cluster_resolver, steps_per_run, num_cores).
+    for build in (cd.TPUStrategy, lambda *a, **k: tf.contrib.distribute.TPUStrategy(*a, **k)):
+        with cd.installed(), pytest.raises(TypeError) as info:
+            build(StandInTPUResolver(), steps_per_run=2, num_cores=8)
+        assert str(info.value) == (
+            "TPUStrategy(): num_cores=8 (int) is TF 1.12's argument, which TF 1.13 replaced "
+            "with device_assignment. Drop it to use every core of the TPU (what "
+            "num_cores=None did), or pass device_assignment=tf.tpu.experimental."
+            "DeviceAssignment.build(topology, num_replicas=N) to use N."
+        )
+    assert tf_init_calls == []
+    # None, TF 1.12's default, is what TF 1.13 does.
+    assert cd.TPUStrategy(StandInTPUResolver(), steps_per_run=2, num_cores=None).extended.steps_per_run == 2
+
+
 def test_tf1s_class_bound_before_install_builds_the_shim(tf_init_calls):
     # `from tensorflow.compat.v1.distribute.experimental import TPUStrategy` above
     # install() binds TensorFlow's own class, which install() cannot re-route.
