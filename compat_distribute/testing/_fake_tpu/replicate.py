@@ -329,10 +329,15 @@ def _collective_in_loop(graph):
     """Whether a collective op of `graph` sits in the body of a while loop."""
     library = {f.signature.name: f for f in graph.as_graph_def().library.function}
 
+    # No generator: AutoGraph converts this when a user's tf.function runs a step,
+    # and warns that it cannot convert generators.
     def called(nodes):
-        for node in nodes:
-            for attr in node.attr.values():
-                yield from ([attr.func.name] if attr.HasField("func") else [f.name for f in attr.list.func])
+        return [
+            name
+            for node in nodes
+            for attr in node.attr.values()
+            for name in ([attr.func.name] if attr.HasField("func") else [f.name for f in attr.list.func])
+        ]
 
     loop_nodes = [n for n in graph.as_graph_def().node if n.op in _LOOP_OPS]
     loop_nodes += [n for f in library.values() for n in f.node_def if n.op in _LOOP_OPS]
