@@ -36,6 +36,9 @@ def test_a_killed_task_stays_down_until_started_again_at_its_address(pair, sig, 
     old_pid = pair.pids[1]
     pair.kill_task("worker", 1, sig)
     assert pair.pids == [before[0]["pid"], None] and not pair.running
+    with pytest.raises(ClusterError) as again:
+        pair.kill_task("worker", 1)
+    assert str(again.value) == f"local_cluster: worker 1 does not run ({ended}, by kill_task({sig.name})): nothing to kill."
     with pytest.raises(ClusterError) as raised:
         pair.run(tasks.task_info, "down")
     assert str(raised.value) == (
@@ -97,7 +100,11 @@ def test_kill_task_waits_out_a_watcher_that_holds_the_cluster_and_returns_with_t
 def test_one_task_starts_alone_and_the_rest_with_start(temp_dir):
     c = local_cluster(2, timeout=60)
     try:
-        c.start_task("worker", 1)
+        for _ in ("before any start", "beside the one started"):
+            with pytest.raises(ClusterError) as refused:
+                c.kill_task("worker", 0)
+            assert str(refused.value) == "local_cluster: worker 0 does not run (not started): nothing to kill."
+            c.start_task("worker", 1)
         assert c.pids[0] is None and c.pids[1] is not None and not c.running
         (alone,) = c.run_on(("worker", 1), tasks.task_info, "alone")
         # Its TF_CONFIG names the whole cluster.

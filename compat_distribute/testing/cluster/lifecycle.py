@@ -189,7 +189,8 @@ class LocalCluster:
         if task is None or task.has_exited():
             raise ClusterError(
                 f"local_cluster: {tf_config.task_name(*key)} does not run "
-                f"({self._down.get(key, 'it has ended')}): nothing to kill."
+                f"({self._down.get(key, 'it has ended' if self._launcher.launched else 'not started')}): "
+                f"nothing to kill."
             )
         self._killing[key] = f"kill_task({sig.name})"
         task.signal_group(sig)
