@@ -130,6 +130,19 @@ def test_named_tpu_that_is_not_reachable_fails_the_session(pytester, monkeypatch
     assert "Not falling back to the fake TPU: pass --tpu=fake to use the fake" in stderr
 
 
+def test_auto_with_an_unreachable_tpu_named_by_the_environment_says_how_to_change_it(pytester, monkeypatch):
+    monkeypatch.setenv("TPU_NAME", "nonexistent-tpu")
+    pytester.makepyfile("def test_never_runs(tpu_strategy):\n    raise AssertionError('ran')\n")
+    stderr = usage_error(pytester.runpytest("--tpu=auto", "-p", "no:xdist"))
+    assert (
+        "ERROR: --tpu=auto (from the command line): the TPU named by the environment "
+        "(TPU_NAME='nonexistent-tpu') is not reachable: URLError: <urlopen error [Errno -2] Name "
+        "or service not known>. Set TPU_NAME to a reachable TPU (its name, or grpc://host:port), "
+        "or unset it: then 'auto' takes this host's own TPU, else the local GPUs or the fake.\n"
+        "Not falling back to the fake TPU: pass --tpu=fake to use the fake.\n"
+    ) in stderr
+
+
 def test_auto_without_a_tpu_picks_the_fake_and_says_so(pytester):
     pytester.makepyfile("""
         import pytest

@@ -93,10 +93,11 @@ class Unusable(Choice):
 
 
 def _unreachable(settings, error):
+    # "auto" was told of this TPU by the environment: the error says how to change it.
+    auto = "" if settings.tpu == "auto" else ", or --tpu=auto to use a TPU only when one is here"
     return (
         f"--tpu={settings.tpu} (from {settings.source('tpu')}): {error}\nNot falling "
-        f"back to the fake TPU: pass --tpu=fake to use the fake, or --tpu=auto to use "
-        f"a TPU only when one is here."
+        f"back to the fake TPU: pass --tpu=fake to use the fake{auto}."
     )
 
 
