@@ -312,7 +312,7 @@ def test_a_killed_host_fails_the_next_step_naming_it(pod_run):
         assert seconds < bound(10)
     assert pod_run["check"] == [
         "ClusterTaskError",
-        f"local_cluster: worker 2 (pid {pid}) was killed by SIGKILL.",
+        f"fake TPU pod v3-32: worker 2 (pid {pid}) was killed by SIGKILL.",
         2,
     ]
 
@@ -538,7 +538,7 @@ def test_a_killed_relay_is_named_and_fails_the_next_step(network_run):
     assert network_run["dead_relay_step_s"] < bound(10)
     assert network_run["relay_check"] == [
         "ClusterTaskError",
-        f"local_cluster: relay (pid {pid}) was killed by SIGKILL.",
+        f"fake TPU pod v4-16: relay (pid {pid}) was killed by SIGKILL.",
         "relay",
     ]
     assert network_run["hosts_after_relay"] == []

@@ -269,6 +269,7 @@ class FakePod:
             start_timeout=self._start_timeout,
             network=self.network,
             hooks=self._hooks,
+            owner=f"fake TPU pod {self.name}",
         )
         self._servers.start()
         _RUNNING.add(self)

@@ -37,9 +37,9 @@ class LocalServers:
 
     `start()` returns once every server listens; `cluster_spec` then names
     their 127.0.0.1 addresses. `check()` raises for a host (or the relay)
-    that died. `network`: "private", "host" or "auto", as for `local_cluster`,
-    except that "private" reaches the servers through the relay.
-    `start_timeout` scales with `deadlines`.
+    that died, named as `owner`'s. `network`: "private", "host" or "auto", as
+    for `local_cluster`, except that "private" reaches the servers through the
+    relay. `start_timeout` scales with `deadlines`.
     """
 
     def __init__(
@@ -51,7 +51,9 @@ class LocalServers:
         env=None,
         network="auto",
         hooks=None,
+        owner="LocalServers",
     ):
+        self._owner = owner
         self._num_hosts = checks.num_workers(num_hosts)
         self._devices_per_host = checks.devices_per_worker(devices_per_host)
         deadlines.scale()  # A bad $COMPAT_DISTRIBUTE_TIMEOUT_SCALE fails here.
@@ -185,7 +187,7 @@ class LocalServers:
             if code is None:
                 continue
             raise ClusterTaskError(
-                f"local_cluster: {task.name} (pid {task.pid}) "
+                f"{self._owner}: {task.name} (pid {task.pid}) "
                 f"{self._launcher.exit_reason(task, code)}.\nOutput of {task.name} (last lines):\n"
                 f"{report.indent(report.tail(task.output()))}",
                 task_type=task.task_type,
