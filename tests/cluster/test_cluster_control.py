@@ -97,6 +97,27 @@ def test_kill_task_waits_out_a_watcher_that_holds_the_cluster_and_returns_with_t
 
 
 @pytest.mark.multi_worker(2)
+def test_collectives_after_one_task_started_again_fail_saying_to_start_every_task(pair):
+    pair.start()
+    assert pair.run(tasks.all_reduce_sum, 1.0) == [[2.0], [2.0]]
+    pair.kill_task("worker", 1)
+    pair.start_task("worker", 1)
+    with pytest.raises(ClusterTaskError) as raised:
+        pair.run(tasks.all_reduce_sum, 1.0)
+    message = str(raised.value)
+    assert message.startswith("local_cluster: worker 0 raised AbortedError: ")
+    assert "/job:worker/replica:0/task:1 unexpectedly tried to connect with a different incarnation" in message
+    after = message.split(" The cluster was torn down.\n", 1)[1]
+    assert after.split("\n")[0] == (
+        "A task was started again (start_task, or auto_restart) while its peers ran on: "
+        "TensorFlow's collectives refuse it until every task starts again. Call stop() and "
+        "start() (with auto_restart=True, each task whose call raises is started again)."
+    )
+    pair.start()  # Every task again: the collectives meet.
+    assert pair.run(tasks.all_reduce_sum, 1.0) == [[2.0], [2.0]]
+
+
+@pytest.mark.multi_worker(2)
 def test_one_task_starts_alone_and_the_rest_with_start(temp_dir):
     c = local_cluster(2, timeout=60)
     try:

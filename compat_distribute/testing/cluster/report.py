@@ -84,6 +84,23 @@ def _failure_summary(failure):
     return f"raised {failure.raised.type}: {failure.raised.message.rstrip('.')}"
 
 
+# TensorFlow's collectives, when a peer is a new process at the same address;
+# TensorFlow then advises "Restart your program", which here means the tasks.
+_NEW_INCARNATION = "different incarnation"
+
+
+def _restart_hint(failures):
+    if not any(
+        isinstance(f, protocol.TaskRaised) and _NEW_INCARNATION in f.raised.message for f in failures
+    ):
+        return ""
+    return (
+        "\nA task was started again (start_task, or auto_restart) while its peers ran on: "
+        "TensorFlow's collectives refuse it until every task starts again. Call stop() and "
+        "start() (with auto_restart=True, each task whose call raises is started again)."
+    )
+
+
 def format_outputs(outputs, tasks):
     return "".join(
         f"\nOutput of {t.name} during the call (last lines):\n{indent(tail(outputs[t.name]))}"
@@ -192,7 +209,7 @@ def call_failure(call, tasks, failures, pending, stacks, outputs, stopped, cause
         error.__dict__.update(vars(cause))  # The task's exception's own attributes.
     ClusterTaskError.__init__(
         error,
-        f"local_cluster: {headline}. The cluster was torn down.{others}{detail}"
+        f"local_cluster: {headline}. The cluster was torn down.{_restart_hint(failures)}{others}{detail}"
         f"{format_outputs(outputs, [task] + rest)}"
         f"{'' if quiet else format_stacks(stacks, tasks, stopped)}{_kept(logs)}",
         task_type=task.task_type,
