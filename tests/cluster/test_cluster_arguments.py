@@ -321,3 +321,19 @@ def test_port_picker_never_hands_out_a_port_twice():
     for port in ports[:5]:  # Free when handed out: binding works.
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_an_unknown_option_names_local_cluster_and_the_options_it_takes():
+    options = (
+        "has_chief, ps, evaluator, devices_per_worker, timeout, env, task_env, start_timeout, "
+        "network, hooks, auto_restart, chief_ends_job, stream_output"
+    )
+    before = descendants()
+    for given, guess in (({"timeuot": 3}, " (did you mean 'timeout'?)"), ({"bogus": 1}, "")):
+        with pytest.raises(TypeError) as refused:
+            local_cluster(2, **given)
+        assert str(refused.value) == (
+            f"local_cluster() got an unexpected keyword argument {next(iter(given))!r}{guess}. "
+            f"It takes num_workers and {options}."
+        )
+    assert descendants() <= before

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import signal
 import sys
 import threading
@@ -502,4 +504,16 @@ def local_cluster(num_workers=2, **options) -> LocalCluster:
         A `LocalCluster`, not started: use it in a `with` statement, or call
         `start()`/`stop()`.
     """
+    accepted = [
+        p.name for p in inspect.signature(LocalCluster).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    for name in options:
+        if name not in accepted:
+            close = difflib.get_close_matches(name, accepted, n=1)
+            raise TypeError(
+                f"local_cluster() got an unexpected keyword argument {name!r}"
+                f"{f' (did you mean {close[0]!r}?)' if close else ''}. It takes num_workers and "
+                f"{', '.join(accepted)}."
+            )
     return LocalCluster(num_workers, **options)
