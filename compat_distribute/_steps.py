@@ -6,6 +6,7 @@ TF1 ran `steps_per_run` steps per `session.run`; here a `tf.function` loops inst
 import types
 
 from compat_distribute import _tf
+from compat_distribute import _user_line
 from compat_distribute import _validate
 
 _CACHE_ATTR = "_compat_distribute_step_loops"
@@ -161,6 +162,34 @@ def experimental_run_steps_on_iterator(
     return ctx
 
 
+def _multi_step_context():
+    """TF's `MultiStepContext`, whose `set_last_step_output` also takes TF 1.12's
+    `aggregation` (a `tf.VariableAggregation`), with a DeprecationWarning."""
+    import tensorflow as tf
+
+    ctx = _tf.MultiStepContext()
+    tf_set_last_step_output = ctx.set_last_step_output
+
+    def set_last_step_output(name, output, reduce_op=None, aggregation=None):
+        if aggregation is not None:
+            if reduce_op is not None:
+                raise TypeError(
+                    f"set_last_step_output(): got both reduce_op={reduce_op!r} and "
+                    f"aggregation={aggregation!r}, TF 1.12's name of it; pass only reduce_op."
+                )
+            _user_line.warn_at_user_line(
+                "set_last_step_output's aggregation is deprecated; use reduce_op "
+                "(renamed in TensorFlow 1.13)",
+                DeprecationWarning,
+            )
+            if aggregation != tf.VariableAggregation.NONE:
+                reduce_op = tf.distribute.ReduceOp.from_variable_aggregation(aggregation)
+        return tf_set_last_step_output(name, output, reduce_op)
+
+    ctx.set_last_step_output = set_last_step_output
+    return ctx
+
+
 def _make_iterator_loop(extended, fn, iterator):
     import tensorflow as tf
 
@@ -169,7 +198,7 @@ def _make_iterator_loop(extended, fn, iterator):
 
     @tf.function(autograph=True)
     def loop(iterations):
-        ctx = _tf.MultiStepContext()
+        ctx = _multi_step_context()
         traced["ctx"] = ctx
         with strategy.scope():
             fn(ctx, iterator.get_next())
@@ -206,7 +235,7 @@ def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
             extended, fn, iterator, tf.cast(iterations, tf.int32), initial_loop_values
         )
     strategy = _tf.container_strategy(extended)
-    ctx = _tf.MultiStepContext()
+    ctx = _multi_step_context()
     # A TPU strategy (V1: it has steps_per_run) runs `fn` in each replica, so
     # its loop carries each output once per replica.
     replicas = strategy.num_replicas_in_sync if getattr(extended, "steps_per_run", None) else 0

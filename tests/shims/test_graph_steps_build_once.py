@@ -88,3 +88,36 @@ def test_variables_and_slots_made_in_the_step_exist_once_and_train_as_one_device
     assert losses[-1] < losses[0]
     for got, want in zip(trained, _one_device()):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_tf_1_12s_aggregation_keyword_reduces_as_reduce_op_with_a_warning(strategy):
+    n = strategy.num_replicas_in_sync
+
+    def loop(**set_output):
+        with tf.Graph().as_default(), strategy.scope():
+            iterator = strategy.make_dataset_iterator(tf.data.Dataset.range(1000).batch(n))
+
+            def step_fn(ctx, inputs):
+                total = strategy.extended.call_for_each_replica(tf.reduce_sum, args=(inputs,))
+                ctx.set_last_step_output("total", total, **set_output)
+
+            ctx = strategy.extended.experimental_run_steps_on_iterator(
+                step_fn, iterator, iterations=2, initial_loop_values={"total": tf.constant(0, tf.int64)}
+            )
+            with tf.compat.v1.Session() as session:
+                session.run(iterator.initializer)
+                return session.run(ctx.last_step_outputs["total"])
+
+    with pytest.warns(DeprecationWarning) as caught:
+        old = loop(aggregation=tf.compat.v1.VariableAggregation.SUM)
+    assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [
+        "set_last_step_output's aggregation is deprecated; use reduce_op (renamed in TensorFlow 1.13)"
+    ]
+    # The second batch, summed over the replicas: n..2n-1.
+    assert old == loop(reduce_op=tf.distribute.ReduceOp.SUM) == sum(range(n, 2 * n))
+    with pytest.raises(TypeError) as both:
+        loop(reduce_op=tf.distribute.ReduceOp.SUM, aggregation=tf.VariableAggregation.SUM)
+    assert str(both.value) == (
+        "set_last_step_output(): got both reduce_op=<ReduceOp.SUM: 'SUM'> and "
+        "aggregation=<VariableAggregationV2.SUM: 1>, TF 1.12's name of it; pass only reduce_op."
+    )
