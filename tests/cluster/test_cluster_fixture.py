@@ -18,10 +18,15 @@ import time
 
 import pytest
 from compat_distribute.testing import cluster
+from compat_distribute.testing import deadlines
 
 
 def task():
     return cluster.current_task()
+
+
+def hang():
+    time.sleep(600)
 
 
 def fail_in_worker_1():
@@ -99,6 +104,25 @@ def test_replaces_the_one_with_a_dead_task(local_cluster):
 @pytest.mark.multi_worker(2, has_chief="yes")
 def test_bad_chief(local_cluster):
     raise AssertionError("ran")
+
+
+@pytest.mark.multi_worker(1, timeout=2)
+def test_a_hang_fails_at_the_markers_timeout(local_cluster):
+    with pytest.raises(cluster.ClusterTimeoutError) as raised:
+        local_cluster.run(hang)
+    assert str(raised.value).startswith(
+        f"local_cluster: run(test_cascade:hang) did not finish within {deadlines.describe(2)} (timeout)"
+    )
+
+
+@pytest.mark.multi_worker(1, timeout=2)
+def test_the_next_test_of_that_timeout_gets_a_fresh_cluster(local_cluster):
+    assert local_cluster.run(task) == [("worker", 0)]
+
+
+@pytest.mark.multi_worker(2, timeout=0)
+def test_bad_timeout(local_cluster):
+    raise AssertionError("ran")
 """
 
 
@@ -128,7 +152,7 @@ def test_a_failing_test_fails_alone_and_each_test_gets_the_size_it_asks_for(sess
            "test_unmarked_gets_two"]
     assert {name: outcomes.get(name) for name in ran} == dict(
         {name: "PASSED" for name in ran}, test_fails="FAILED"), output
-    assert re.search(r"^=+ 1 failed, 9 passed, 1 error in ", output, re.M), output
+    assert re.search(r"^=+ 1 failed, 11 passed, 2 errors in ", output, re.M), output
     pytest.LineMatcher(output.splitlines()).fnmatch_lines(
         [
             "*test_fails FAILED*",
@@ -154,3 +178,15 @@ def test_a_bad_marker_keyword_fails_its_test(session):
         r"has_chief=True\)\.",
         output,
     )
+
+
+def test_a_markers_timeout_bounds_the_fixtures_runs(session):
+    output, outcomes = session
+    ran = ["test_a_hang_fails_at_the_markers_timeout", "test_the_next_test_of_that_timeout_gets_a_fresh_cluster"]
+    assert {name: outcomes.get(name) for name in ran} == {name: "PASSED" for name in ran}, output
+    assert outcomes.get("test_bad_timeout") == "ERROR", output
+    assert (
+        "@pytest.mark.multi_worker(timeout=...) must be a number of seconds > 0, at most 86400; "
+        "got 0 in test_cascade.py::test_bad_timeout. Write e.g. @pytest.mark.multi_worker(2, "
+        "timeout=30)."
+    ) in output

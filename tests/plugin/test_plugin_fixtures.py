@@ -51,7 +51,8 @@ def test_a_marker_with_more_than_a_count_fails_its_test(pytester):
         "@pytest.mark.multi_device(n) takes one count, n; got multi_device(2, 3) in "
         "test_a_marker_with_more_than_a_count_fails_its_test.py::test_two_counts. Write e.g. "
         "@pytest.mark.multi_device(2).",
-        "@pytest.mark.multi_worker(n) takes one count, n, and the keywords has_chief and ps; got "
+        "@pytest.mark.multi_worker(n) takes one count, n, and the keywords has_chief, ps and "
+        "timeout; got "
         "multi_worker(devices=2) in "
         "test_a_marker_with_more_than_a_count_fails_its_test.py::test_unknown_keyword. Write "
         "e.g. @pytest.mark.multi_worker(2).",

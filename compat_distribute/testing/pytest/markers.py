@@ -1,19 +1,29 @@
-"""The plugin's markers (`tpu`, `multi_device(n)`, `multi_worker(n, has_chief=False, ps=0)`),
-and their checks."""
+"""The plugin's markers (`tpu`, `multi_device(n)`, `multi_worker(n, has_chief=False, ps=0,
+timeout=...)`), and their checks."""
 
 import pytest
 
+from compat_distribute import _env
 from compat_distribute.testing import devices
 
 LINES = (
     "tpu: needs a real TPU; skipped when the TPU is the fake (compat_distribute)",
     "multi_device(n): needs at least n replicas; skipped with fewer (compat_distribute)",
-    "multi_worker(n, has_chief=False, ps=0): the test's local_cluster fixture is a cluster of n "
-    "worker processes (2 when n is left out), with a chief and ps parameter-server tasks when "
-    "asked (compat_distribute)",
+    "multi_worker(n, has_chief=False, ps=0, timeout=...): the test's local_cluster fixture is a "
+    "cluster of n worker processes (2 when n is left out), with a chief and ps parameter-server "
+    "tasks when asked, whose runs fail after timeout seconds (local_cluster's default when left "
+    "out) (compat_distribute)",
 )
 # The keywords of multi_worker besides n, and what each accepts.
-CLUSTER_KEYWORDS = {"has_chief": "True or False", "ps": "an int >= 0"}
+CLUSTER_KEYWORDS = {
+    "has_chief": "True or False",
+    "ps": "an int >= 0",
+    "timeout": f"a number of seconds > 0, at most {_env.MAX_SECONDS}",
+}
+# The shape's keywords a marker leaves out (a timeout left out is local_cluster's own).
+_SHAPE_DEFAULTS = {"has_chief": False, "ps": 0}
+# What a keyword's example value is, in the error that refuses a bad one.
+_EXAMPLES = {"has_chief": "True", "ps": "1", "timeout": "30"}
 # The workers of the local_cluster fixture when multi_worker leaves n out.
 DEFAULT_WORKERS = 2
 
@@ -31,7 +41,8 @@ def count_problem(item, name):
         takes = "one count, n"
         if keywords:
             plural = "s" if len(keywords) > 1 else ""
-            takes += f", and the keyword{plural} {' and '.join(sorted(keywords))}"
+            *first, last = sorted(keywords)
+            takes += f", and the keyword{plural} {', '.join(first)}{' and ' if first else ''}{last}"
         return None, (
             f"@pytest.mark.{name}(n) takes {takes}; got {name}({', '.join(given)}) "
             f"in {item.nodeid}. Write e.g. @pytest.mark.{name}(2)."
@@ -80,23 +91,33 @@ def count(item, name):
     return n
 
 
+def _valid(keyword, value):
+    if keyword == "has_chief":
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if keyword == "ps":
+        return isinstance(value, int) and value >= 0
+    return 0 < value <= _env.MAX_SECONDS  # timeout (nan fails both)
+
+
 def cluster_shape(item):
     """The `local_cluster` arguments of the test's multi_worker marker:
-    {"num_workers": n, "has_chief": bool, "ps": int}; fails a bad one."""
+    {"num_workers": n, "has_chief": bool, "ps": int}, and "timeout" where the
+    marker gives one; fails a bad one."""
     n = count(item, "multi_worker")
     marker = item.get_closest_marker("multi_worker")
     given = {} if marker is None else marker.kwargs
-    shape = {"num_workers": DEFAULT_WORKERS if n is None else n, "has_chief": False, "ps": 0}
+    shape = {"num_workers": DEFAULT_WORKERS if n is None else n}
     for keyword, accepted in CLUSTER_KEYWORDS.items():
-        value = given.get(keyword, shape[keyword])
-        valid = isinstance(value, bool) if keyword == "has_chief" else (
-            isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        )
-        if not valid:
+        if keyword not in given and keyword not in _SHAPE_DEFAULTS:
+            continue
+        value = given.get(keyword, _SHAPE_DEFAULTS.get(keyword))
+        if not _valid(keyword, value):
             pytest.fail(
                 f"@pytest.mark.multi_worker({keyword}=...) must be {accepted}; got {value!r} in "
                 f"{item.nodeid}. Write e.g. @pytest.mark.multi_worker(2, {keyword}="
-                f"{'True' if keyword == 'has_chief' else '1'}).",
+                f"{_EXAMPLES[keyword]}).",
                 pytrace=False,
             )
         shape[keyword] = value
