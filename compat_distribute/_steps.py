@@ -326,7 +326,8 @@ def _check_carried(carried, flat, outputs, replicas):
     names = sorted(outputs)
 
     def zeros(t):
-        return f"tf.zeros({t.shape.as_list()}, tf.{t.dtype.name})"
+        shape = t.shape.as_list() if t.shape.rank is not None else "shape"
+        return f"tf.zeros({shape}, tf.{t.dtype.name})"
 
     example = ", ".join(
         f"{name!r}: " + (zeros(outputs[name][0]) if replicas or len(outputs[name]) == 1
