@@ -243,7 +243,7 @@ def test_a_pod_hosts_zygote_that_dies_is_named_with_each_host(temp_dir):
     from compat_distribute.testing.cluster import ClusterTaskError
     from compat_distribute.testing.cluster.host import LocalServers
 
-    servers = LocalServers(2, devices_per_host=1, network="host").start()
+    servers = LocalServers(2, devices_per_host=1, network="host", owner="a test's servers").start()
     try:
         zygote, hosts = servers.zygote_pid, servers.pids
         assert [_parent(p) for p in hosts] == [zygote] * 2
@@ -256,7 +256,7 @@ def test_a_pod_hosts_zygote_that_dies_is_named_with_each_host(temp_dir):
         with pytest.raises(ClusterTaskError) as raised:
             servers.check()
         assert str(raised.value).startswith(
-            f"local_cluster: worker 0 (pid {hosts[0]}) was killed by SIGKILL, {because}.\n"
+            f"a test's servers: worker 0 (pid {hosts[0]}) was killed by SIGKILL, {because}.\n"
         )
     finally:
         servers.stop()
