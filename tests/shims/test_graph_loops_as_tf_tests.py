@@ -187,13 +187,17 @@ def test_batch_norm_moving_mean_is_the_mean_over_replicas(pair):
         return iterator, ctx.run_op, batch_norm
 
     shim, reference = _both(pair, lambda s: _session_runs(s, build, runs, lambda b: [b.moving_mean, b.moving_variance]))
-    # Every step's mean over all replicas' rows of column j: 60 + j + 50 (n - 1).
-    mean = 60.0 + np.arange(8) + 50.0 * (n - 1)
-    want = np.zeros(8)
-    for run, ((_, (moving_mean, moving_variance)), (_, (ref_mean, ref_variance))) in enumerate(zip(shim, reference)):
+    # Each replica's batch moments of column j: mean 60 + j + 100 r, variance
+    # that of 8 i over i < 16, 64 * (16**2 - 1) / 12 = 1360; the moving
+    # statistics move towards their mean over the replicas.
+    mean, variance = 60.0 + np.arange(8) + 50.0 * (n - 1), 1360.0
+    want_mean, want_variance = np.zeros(8), np.ones(8)
+    for (_, (moving_mean, moving_variance)), (_, (ref_mean, ref_variance)) in zip(shim, reference):
         for _ in range(iterations):
-            want = want + (mean - want) * (1 - momentum)
-        np.testing.assert_allclose(moving_mean, want, rtol=1e-5)
+            want_mean = want_mean + (mean - want_mean) * (1 - momentum)
+            want_variance = want_variance + (variance - want_variance) * (1 - momentum)
+        np.testing.assert_allclose(moving_mean, want_mean, rtol=1e-5)
+        np.testing.assert_allclose(moving_variance, want_variance, rtol=1e-5)
         np.testing.assert_allclose(moving_mean, ref_mean, rtol=1e-6)
         np.testing.assert_allclose(moving_variance, ref_variance, rtol=1e-5)
 
