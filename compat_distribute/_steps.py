@@ -223,8 +223,9 @@ def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
     is what `fn` returns and the outputs it sets. The loop carries the last
     step's outputs, so, as TF1 required, `initial_loop_values` holds one
     initial value per output (in name order): on a TPU strategy the loop
-    carries it once per replica, as TPUExtended's; elsewhere once per local
-    result, as MirroredExtended's. One step (`iterations` known to be 1)
+    carries it once per replica, as TPUExtended's (a dict may also give an
+    output one value per replica, see `_initial_carried`); elsewhere once per
+    local result, as MirroredExtended's. One step (`iterations` known to be 1)
     builds no loop, as TPUExtended does, so the values `fn` set with
     `set_non_tensor_output` are the caller graph's and can be fetched.
     """
@@ -263,8 +264,7 @@ def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
             with tf.control_dependencies(ops + tf.nest.flatten(outputs)):
                 steps_run = tf.constant(1, tf.int64)
         else:
-            initial = [tf.convert_to_tensor(v) for v in tf.nest.flatten(initial_loop_values or {})]
-            carried = initial * replicas if replicas else initial
+            carried = _initial_carried(initial_loop_values, replicas)
             built = {}
 
             def body(i, *flat):
@@ -294,6 +294,31 @@ def _graph_loop(extended, fn, iterator, iterations, initial_loop_values):
     done = _tf.multi_step_context(last, reduce_ops, ctx.non_tensor_outputs)
     done.run_op = steps_run
     return done
+
+
+def _initial_carried(initial_loop_values, replicas):
+    """The loop's first values (`_carried_outputs`' order) from `initial_loop_values`.
+
+    Where `replicas`, a dict's output may start from one value (TPUExtended's
+    form, repeated per replica) or from one per replica: TF's portable idiom,
+    the local results of `call_for_each_replica`, which on a TPU shim gives one
+    value per replica where TPUExtended gave one.
+    """
+    import tensorflow as tf
+
+    def tensors(value):
+        return [tf.convert_to_tensor(v) for v in tf.nest.flatten(value)]
+
+    if not replicas:
+        return tensors(initial_loop_values or {})
+    if not isinstance(initial_loop_values, dict):
+        return tensors(initial_loop_values or []) * replicas
+    per_name = [tensors(initial_loop_values[name]) for name in sorted(initial_loop_values)]
+    carried = []
+    for r in range(replicas):
+        for values in per_name:
+            carried += values[r : r + 1] if len(values) == replicas else values
+    return carried
 
 
 def _carried_outputs(outputs, replicas):
@@ -334,7 +359,7 @@ def _check_carried(carried, flat, outputs, replicas):
                          else f"[{', '.join(zeros(t) for t in outputs[name])}]")
         for name in names
     )
-    per = "output" if replicas else "local result of each output (one for a reduced output)"
+    per = "output (in a dict, one value or one per replica)" if replicas else "local result of each output (one for a reduced output)"
     hint = (
         f" The steps set the outputs {names}: initial_loop_values needs one initial value per "
         f"{per}, in name order; it holds {len(carried) // (replicas or 1)}. Pass, as TF1 "

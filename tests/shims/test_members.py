@@ -327,7 +327,7 @@ def check_run_steps_on_iterator(strategy, r):
         if getattr(strategy.extended, "steps_per_run", None):  # TPUExtended's words
             assert type(refused.value) is TypeError and str(refused.value) == (
                 f"Mismatch between input types and output types for training loop body: [] vs "
-                f"[{', '.join(['tf.int64'] * n)}]. " + hint.format("output")
+                f"[{', '.join(['tf.int64'] * n)}]. " + hint.format("output (in a dict, one value or one per replica)")
             )
         else:
             assert type(refused.value) is ValueError and str(refused.value) == (
