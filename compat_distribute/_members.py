@@ -339,73 +339,6 @@ TABLE = (
         ".batch(global_batch_size) and iterate over "
         "strategy.experimental_distribute_dataset(dataset).",
     ),
-    # TF 1.12's DistributionStrategy, before the v1 API: "towers" became
-    # replicas and most members moved to `extended` in TF 1.13. Those whose
-    # call is unchanged are renamed; the rest are gone, with their v1 call.
-    Member("num_towers", RENAMED, new="num_replicas_in_sync", version="1.13"),
-    Member("worker_devices", RENAMED, new="extended.worker_devices", version="1.13"),
-    Member("parameter_devices", RENAMED, new="extended.parameter_devices", version="1.13"),
-    Member("non_slot_devices", RENAMED, new="extended.non_slot_devices", version="1.13"),
-    Member("read_var", RENAMED, new="extended.read_var", version="1.13"),
-    Member("between_graph", RENAMED, new="extended.experimental_between_graph", version="1.13"),
-    Member("should_init", RENAMED, new="extended.experimental_should_init", version="1.13"),
-    Member("should_checkpoint", RENAMED, new="extended.should_checkpoint", version="1.13"),
-    Member("should_save_summary", RENAMED, new="extended.should_save_summary", version="1.13"),
-    Member(
-        "require_static_shapes",
-        RENAMED,
-        new="extended.experimental_require_static_shapes",
-        version="1.13",
-    ),
-    Member(
-        "call_for_each_tower",
-        GONE,
-        version="1.13",
-        advice="use strategy.extended.call_for_each_replica(fn, args=(...), kwargs={...}), "
-        "which takes fn's arguments as a tuple and a dict.",
-    ),
-    Member(
-        "distribute_dataset",
-        GONE,
-        version="1.13",
-        advice="use strategy.make_input_fn_iterator(lambda ctx: dataset_fn()) in a TF1 graph, "
-        "or iterate over strategy.experimental_distribute_dataset(dataset_fn()).",
-    ),
-    Member(
-        "broadcast",
-        GONE,
-        version="1.13",
-        advice="use strategy.extended.broadcast_to(tensor, destinations), whose destinations "
-        "are required (TF 1.12's default was strategy.extended.worker_devices).",
-    ),
-    Member(
-        "batch_reduce",
-        GONE,
-        version="1.13",
-        advice="use strategy.extended.batch_reduce_to(reduce_op, value_destination_pairs) "
-        "with a tf.distribute.ReduceOp where TF 1.12 took a tf.VariableAggregation.",
-    ),
-    Member(
-        "fetch",
-        GONE,
-        version="1.13",
-        advice="use strategy.extended.read_var(v) for a variable, or "
-        "strategy.experimental_local_results(value) for the values on each device.",
-    ),
-    Member(
-        "update_non_slot",
-        GONE,
-        version="1.13",
-        advice="use strategy.extended.update_non_slot(colocate_with, fn, args=(...), "
-        "kwargs={...}), which takes fn's arguments as a tuple and a dict.",
-    ),
-    Member(
-        "tower_local_var_scope",
-        GONE,
-        version="1.13",
-        advice="create the variables with synchronization=tf.VariableSynchronization.ON_READ "
-        "and aggregation=... under strategy.scope().",
-    ),
     # tf.distribute.StrategyExtended (v1)
     Member("experimental_between_graph", WORKS, EXTENDED),
     Member("experimental_require_static_shapes", WORKS, EXTENDED),
@@ -448,6 +381,45 @@ TABLE = (
         "graph); `iterations` may be a `tf.Variable` or scalar tensor, read at each call; "
         "`run_op` is the step count, and fetching it in a `Session` runs the steps",
     ),
+)
+
+
+# TF 1.12's DistributionStrategy, before the v1 API: "towers" became replicas
+# and most members moved to `extended` in TF 1.13. Those whose call is
+# unchanged are renamed; the rest are gone, with their v1 call as advice.
+_TOWER_ERA_RENAMED = {
+    "num_towers": "num_replicas_in_sync",
+    "worker_devices": "extended.worker_devices",
+    "parameter_devices": "extended.parameter_devices",
+    "non_slot_devices": "extended.non_slot_devices",
+    "read_var": "extended.read_var",
+    "between_graph": "extended.experimental_between_graph",
+    "should_init": "extended.experimental_should_init",
+    "should_checkpoint": "extended.should_checkpoint",
+    "should_save_summary": "extended.should_save_summary",
+    "require_static_shapes": "extended.experimental_require_static_shapes",
+}
+_ARGUMENTS_AS_TUPLE_AND_DICT = "which takes fn's arguments as a tuple and a dict."
+_TOWER_ERA_GONE = {
+    "call_for_each_tower": "use strategy.extended.call_for_each_replica(fn, args=(...), "
+    "kwargs={...}), " + _ARGUMENTS_AS_TUPLE_AND_DICT,
+    "distribute_dataset": "use strategy.make_input_fn_iterator(lambda ctx: dataset_fn()) in a "
+    "TF1 graph, or iterate over strategy.experimental_distribute_dataset(dataset_fn()).",
+    "broadcast": "use strategy.extended.broadcast_to(tensor, destinations), whose destinations "
+    "are required (TF 1.12's default was strategy.extended.worker_devices).",
+    "batch_reduce": "use strategy.extended.batch_reduce_to(reduce_op, value_destination_pairs) "
+    "with a tf.distribute.ReduceOp where TF 1.12 took a tf.VariableAggregation.",
+    "fetch": "use strategy.extended.read_var(v) for a variable, or "
+    "strategy.experimental_local_results(value) for the values on each device.",
+    "update_non_slot": "use strategy.extended.update_non_slot(colocate_with, fn, args=(...), "
+    "kwargs={...}), " + _ARGUMENTS_AS_TUPLE_AND_DICT,
+    "tower_local_var_scope": "create the variables with synchronization="
+    "tf.VariableSynchronization.ON_READ and aggregation=... under strategy.scope().",
+}
+TABLE += tuple(
+    Member(name, RENAMED, new=new, version="1.13") for name, new in _TOWER_ERA_RENAMED.items()
+) + tuple(
+    Member(name, GONE, version="1.13", advice=advice) for name, advice in _TOWER_ERA_GONE.items()
 )
 
 

@@ -3,6 +3,7 @@
 Internal: not part of the public API; the names below may change.
 """
 
+import difflib
 import numbers
 import signal
 
@@ -17,6 +18,7 @@ __all__ = [
     "env",
     "flag",
     "hooks",
+    "known_options",
     "num_workers",
     "positive_seconds",
     "task_count",
@@ -30,6 +32,18 @@ __all__ = [
 # Each task is a process that imports TensorFlow (seconds of CPU, hundreds of
 # MB): a count far past this on one machine is a typo, not a test.
 MAX_WORKERS = 64
+
+
+def known_options(options, accepted):
+    """Refuses a keyword of `local_cluster(num_workers, **options)` not in `accepted`."""
+    for name in options:
+        if name not in accepted:
+            close = difflib.get_close_matches(name, accepted, n=1)
+            raise TypeError(
+                f"local_cluster() got an unexpected keyword argument {name!r}"
+                f"{f' (did you mean {close[0]!r}?)' if close else ''}. It takes num_workers and "
+                f"{', '.join(accepted)}."
+            )
 
 
 def num_workers(value):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import signal
 import sys
@@ -393,15 +392,9 @@ class LocalCluster:
 
     def _check_can_call(self, keys, function):
         if self._failure is not None:
-            raise ClusterError(
-                f"this local_cluster was torn down {self._failure}; call start() to launch "
-                f"fresh tasks, or create a new cluster."
-            )
+            raise report.torn_down(self._failure)
         if not self._launcher.launched:
-            raise ClusterError(
-                "this local_cluster is not running: use `with local_cluster(...) as "
-                "cluster:` or call cluster.start() before run()."
-            )
+            raise report.not_running()
         self._notice_deaths()
         if self._failure is not None:  # The job ended meanwhile.
             self._check_can_call(keys, function)
@@ -415,11 +408,8 @@ class LocalCluster:
             raise error
         down = [key for key in keys if key in self._down]
         if down:
-            names = ", ".join(f"{tf_config.task_name(*key)} ({self._down[key]})" for key in down)
-            raise ClusterError(
-                f"local_cluster: run({function}) needs {names}, which does not run. Call "
-                f"start_task{down[0]!r} (or start()) first, or run_on the tasks that run."
-            )
+            why = {tf_config.task_name(*key): self._down[key] for key in down}
+            raise report.needs_tasks_down(function, why, down[0])
 
     def _call(self, keys, call_id, call, function):
         """Sends the pickled `call` to the tasks `keys`; their results in task order."""
@@ -504,16 +494,6 @@ def local_cluster(num_workers=2, **options) -> LocalCluster:
         A `LocalCluster`, not started: use it in a `with` statement, or call
         `start()`/`stop()`.
     """
-    accepted = [
-        p.name for p in inspect.signature(LocalCluster).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    ]
-    for name in options:
-        if name not in accepted:
-            close = difflib.get_close_matches(name, accepted, n=1)
-            raise TypeError(
-                f"local_cluster() got an unexpected keyword argument {name!r}"
-                f"{f' (did you mean {close[0]!r}?)' if close else ''}. It takes num_workers and "
-                f"{', '.join(accepted)}."
-            )
+    keywords = inspect.signature(LocalCluster).parameters.values()
+    checks.known_options(options, [p.name for p in keywords if p.kind is p.KEYWORD_ONLY])
     return LocalCluster(num_workers, **options)

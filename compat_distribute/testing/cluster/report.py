@@ -223,6 +223,29 @@ def call_failure(call, tasks, failures, pending, stacks, outputs, stopped, cause
     return error
 
 
+def torn_down(why):
+    return ClusterError(
+        f"this local_cluster was torn down {why}; call start() to launch fresh tasks, or "
+        f"create a new cluster."
+    )
+
+
+def not_running():
+    return ClusterError(
+        "this local_cluster is not running: use `with local_cluster(...) as cluster:` or call "
+        "cluster.start() before run()."
+    )
+
+
+def needs_tasks_down(call, why_down, first_key):
+    """`why_down`: {task name: why it does not run}, for a run of `call` that needs them."""
+    names = ", ".join(f"{name} ({why})" for name, why in why_down.items())
+    return ClusterError(
+        f"local_cluster: run({call}) needs {names}, which does not run. Call "
+        f"start_task{first_key!r} (or start()) first, or run_on the tasks that run."
+    )
+
+
 def died_between_runs(name, key, pid, code, call, output, logs):
     """The error for a task whose process ended after the last run, noticed before `call`."""
     return ClusterTaskError(
