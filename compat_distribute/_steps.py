@@ -321,24 +321,27 @@ def _initial_carried(initial_loop_values, replicas):
     return carried
 
 
-def _carried_outputs(outputs, replicas):
-    """The loop values of one step's `outputs` ({name: local results}): in name
-    order; per replica first where `replicas` (a reduced output repeated)."""
+def _loop_positions(outputs, replicas):
+    """Where each loop value comes from, as (name, index into its local results):
+    in name order; replica by replica where `replicas` (a reduced output's one
+    value repeated)."""
+    names = sorted(outputs)
     if not replicas:
-        return [t for name in sorted(outputs) for t in outputs[name]]
-    return [outputs[name][r % len(outputs[name])] for r in range(replicas) for name in sorted(outputs)]
+        return [(name, i) for name in names for i in range(len(outputs[name]))]
+    return [(name, r % len(outputs[name])) for r in range(replicas) for name in names]
+
+
+def _carried_outputs(outputs, replicas):
+    """The loop values of one step's `outputs` ({name: local results})."""
+    return [outputs[name][i] for name, i in _loop_positions(outputs, replicas)]
 
 
 def _outputs_of_loop(outputs, flat, replicas):
     """{name: local results} from the loop's values (`_carried_outputs`' order)."""
-    names = sorted(outputs)
-    if not replicas:
-        flat, result = list(flat), {}
-        for name in names:
-            result[name], flat = tuple(flat[: len(outputs[name])]), flat[len(outputs[name]) :]
-        return result
-    per_name = {name: [flat[r * len(names) + k] for r in range(replicas)] for k, name in enumerate(names)}
-    return {name: tuple(per_name[name][: len(outputs[name])]) for name in names}
+    found = {}
+    for position, value in zip(_loop_positions(outputs, replicas), flat):
+        found.setdefault(position, value)  # A repeated reduced output: its first copy.
+    return {name: tuple(found[name, i] for i in range(len(outputs[name]))) for name in sorted(outputs)}
 
 
 def _check_carried(carried, flat, outputs, replicas):
@@ -359,7 +362,10 @@ def _check_carried(carried, flat, outputs, replicas):
                          else f"[{', '.join(zeros(t) for t in outputs[name])}]")
         for name in names
     )
-    per = "output (in a dict, one value or one per replica)" if replicas else "local result of each output (one for a reduced output)"
+    if replicas:
+        per = "output (in a dict, one value or one per replica)"
+    else:
+        per = "local result of each output (one for a reduced output)"
     hint = (
         f" The steps set the outputs {names}: initial_loop_values needs one initial value per "
         f"{per}, in name order; it holds {len(carried) // (replicas or 1)}. Pass, as TF1 "
